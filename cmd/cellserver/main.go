@@ -1,0 +1,118 @@
+// Command cellserver is a standalone rate-limit server that speaks the Redis
+// protocol and answers CL.THROTTLE exactly as the redis-cell module does.
+//
+// This file only turns flags into one Config and runs it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/resp"
+	"github.com/cellserver/cellserver/store"
+)
+
+// Config is everything cellserver can be told at start.
+type Config struct {
+	Addr        string // TCP listen address
+	RequirePass string // password of the default user; empty: no AUTH
+	Shards      int    // shard owner goroutines
+	EnableDebug string // no | yes | local
+	MaxClients  int
+}
+
+func parseFlags(args []string, stderr io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("cellserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6379", "TCP `host:port` to listen on")
+	fs.StringVar(&c.RequirePass, "requirepass", "", "require clients to AUTH with this `password`")
+	fs.IntVar(&c.Shards, "shards", 16, "number of keyspace shards, each owned by one goroutine")
+	fs.StringVar(&c.EnableDebug, "enable-debug-command", "no", "allow DEBUG (e.g. DEBUG CLOCK): no, yes, or local (loopback clients only)")
+	fs.IntVar(&c.MaxClients, "maxclients", 10000, "maximum simultaneous client connections")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	switch c.EnableDebug {
+	case "no", "yes", "local":
+	default:
+		return c, fmt.Errorf("--enable-debug-command must be no, yes or local, got %q", c.EnableDebug)
+	}
+	return c, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cellserver:", err)
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		slog.Error("cellserver stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg Config) error {
+	log := slog.Default()
+	st, err := store.New(store.Config{Shards: cfg.Shards})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	exec := commands.New(commands.Config{
+		RequirePass: cfg.RequirePass,
+		EnableDebug: cfg.EnableDebug,
+		Addr:        cfg.Addr,
+		Logger:      log,
+		Params:      map[string]string{"maxclients": strconv.Itoa(cfg.MaxClients)},
+	}, st)
+	defer exec.Close()
+	srv, err := resp.New(resp.Config{Addr: cfg.Addr, MaxClients: cfg.MaxClients, Logger: log}, exec)
+	if err != nil {
+		return err
+	}
+	if err := srv.Listen(); err != nil {
+		return err
+	}
+	log.Info("cellserver listening", "addr", srv.Addr().String(), "shards", st.NumShards(), "version", commands.Version)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	select {
+	case err := <-served:
+		return err
+	case s := <-sig:
+		log.Info("shutting down", "signal", s.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("connections did not finish in time", "err", err)
+	}
+	<-served
+	log.Info("bye")
+	return nil
+}

@@ -1,0 +1,323 @@
+package commands
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func registerConnection(t Table) {
+	t.add(
+		&Command{Name: "ping", Arity: -1, Flags: []string{"fast"}, Group: "connection",
+			Summary: "Returns the server's liveliness response.", Since: "1.0.0", Run: pingCmd},
+		&Command{Name: "echo", Arity: 2, Flags: []string{"fast"}, Group: "connection",
+			Summary: "Returns the given string.", Since: "1.0.0", Run: echoCmd},
+		&Command{Name: "quit", Arity: -1, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
+			Summary: "Closes the connection.", Since: "1.0.0", Run: quitCmd},
+		&Command{Name: "select", Arity: 2, Flags: []string{"fast"}, Group: "connection",
+			Summary: "Changes the selected database (only 0 exists).", Since: "1.0.0", Run: selectCmd},
+		&Command{Name: "auth", Arity: -2, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
+			Summary: "Authenticates the connection.", Since: "1.0.0", Run: authCmd},
+		&Command{Name: "hello", Arity: -1, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
+			Summary: "Handshakes with the server (RESP2 only).", Since: "6.0.0", Run: helloCmd},
+		&Command{Name: "client", Arity: -2, Group: "connection", Summary: "A container for client connection commands.", Since: "2.4.0",
+			Subcommands: []*Command{
+				{Name: "client|setname", Arity: 3, Flags: []string{"fast"}, Run: clientSetName, Summary: "Sets the connection name.", Since: "2.6.9"},
+				{Name: "client|getname", Arity: 2, Flags: []string{"fast"}, Run: clientGetName, Summary: "Returns the name of the connection.", Since: "2.6.9"},
+				{Name: "client|id", Arity: 2, Flags: []string{"fast"}, Run: clientID, Summary: "Returns the unique client ID of the connection.", Since: "5.0.0"},
+				{Name: "client|setinfo", Arity: 4, Flags: []string{"fast"}, Run: clientSetInfo, Summary: "Sets information specific to the client or connection.", Since: "7.2.0"},
+				{Name: "client|list", Arity: -2, Run: clientList, Summary: "Lists open connections.", Since: "2.4.0"},
+				{Name: "client|info", Arity: 2, Run: clientInfo, Summary: "Returns information about the connection.", Since: "6.2.0"},
+				{Name: "client|help", Arity: 2, Run: clientHelp, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
+			}},
+	)
+}
+
+// PING [message]
+func pingCmd(_ *Client, w *Out, args [][]byte) {
+	if len(args) > 2 {
+		w.WriteError(wrongArity("ping"))
+		return
+	}
+	if len(args) == 2 {
+		w.WriteBulk(args[1])
+		return
+	}
+	w.WriteString("PONG")
+}
+
+// ECHO message
+func echoCmd(_ *Client, w *Out, args [][]byte) { w.WriteBulk(args[1]) }
+
+// QUIT
+func quitCmd(c *Client, w *Out, _ [][]byte) {
+	w.WriteOK()
+	c.closing = true
+}
+
+// SELECT index
+func selectCmd(_ *Client, w *Out, args [][]byte) {
+	n, ok := parseI64(args[1])
+	if !ok || n < -2147483648 || n > 2147483647 {
+		w.WriteError(ErrNotInteger)
+		return
+	}
+	if n != 0 {
+		w.WriteError(ErrDBIndex)
+		return
+	}
+	w.WriteOK()
+}
+
+// checkPassword reports whether user/pass are the default user's.
+func (c *Client) checkPassword(user, pass []byte) bool {
+	want := c.srv.cfg.RequirePass
+	if want == "" {
+		return string(user) == "default"
+	}
+	return string(user) == "default" && subtle.ConstantTimeCompare(pass, []byte(want)) == 1
+}
+
+// AUTH [username] password
+func authCmd(c *Client, w *Out, args [][]byte) {
+	if len(args) > 3 {
+		w.WriteError(ErrSyntax)
+		return
+	}
+	user, pass := []byte("default"), args[1]
+	if len(args) == 3 {
+		user, pass = args[1], args[2]
+	} else if c.srv.cfg.RequirePass == "" {
+		w.WriteError(ErrAuthNoPassword)
+		return
+	}
+	if !c.checkPassword(user, pass) {
+		w.WriteError(ErrWrongPass)
+		return
+	}
+	c.authed.Store(true)
+	w.WriteOK()
+}
+
+// HELLO [protover [AUTH username password] [SETNAME clientname]]
+func helloCmd(c *Client, w *Out, args [][]byte) {
+	if len(args) >= 2 {
+		ver, ok := parseI64(args[1])
+		if !ok {
+			w.WriteError(ErrProtoNotInt)
+			return
+		}
+		// RESP3 is not implemented: clients fall back to RESP2 on this error.
+		if ver != 2 {
+			w.WriteError(ErrNoProto)
+			return
+		}
+	}
+	var user, pass, name []byte
+	for j := 2; j < len(args); j++ {
+		more := len(args) - 1 - j
+		opt := string(args[j])
+		switch {
+		case strings.EqualFold(opt, "auth") && more >= 2:
+			user, pass = args[j+1], args[j+2]
+			j += 2
+		case strings.EqualFold(opt, "setname") && more >= 1:
+			name = args[j+1]
+			j++
+		default:
+			w.WriteError("ERR Syntax error in HELLO option '" + cstr(args[j]) + "'")
+			return
+		}
+	}
+	if user != nil {
+		if !c.checkPassword(user, pass) {
+			w.WriteError(ErrWrongPass)
+			return
+		}
+		c.authed.Store(true)
+	}
+	if !c.authed.Load() {
+		w.WriteError(ErrHelloNoAuth)
+		return
+	}
+	if name != nil {
+		if !validName(name) {
+			w.WriteError(ErrClientName)
+			return
+		}
+		c.mu.Lock()
+		c.name = string(name)
+		c.mu.Unlock()
+	}
+	w.WriteArray(14)
+	w.WriteBulkString("server")
+	w.WriteBulkString("redis")
+	w.WriteBulkString("version")
+	w.WriteBulkString(RedisVersion)
+	w.WriteBulkString("proto")
+	w.WriteInt(2)
+	w.WriteBulkString("id")
+	w.WriteInt(c.ID)
+	w.WriteBulkString("mode")
+	w.WriteBulkString("standalone")
+	w.WriteBulkString("role")
+	w.WriteBulkString("master")
+	w.WriteBulkString("modules")
+	w.WriteArray(0)
+}
+
+// validName: Redis allows names of printable ASCII without spaces.
+func validName(b []byte) bool {
+	for _, ch := range b {
+		if ch < '!' || ch > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// CLIENT SETNAME name
+func clientSetName(c *Client, w *Out, args [][]byte) {
+	if !validName(args[2]) {
+		w.WriteError(ErrClientName)
+		return
+	}
+	c.mu.Lock()
+	c.name = string(args[2])
+	c.mu.Unlock()
+	w.WriteOK()
+}
+
+// CLIENT GETNAME
+func clientGetName(c *Client, w *Out, _ [][]byte) {
+	c.mu.Lock()
+	name := c.name
+	c.mu.Unlock()
+	if name == "" {
+		w.WriteNull()
+		return
+	}
+	w.WriteBulkString(name)
+}
+
+// CLIENT ID
+func clientID(c *Client, w *Out, _ [][]byte) { w.WriteInt(c.ID) }
+
+// CLIENT SETINFO LIB-NAME|LIB-VER value
+func clientSetInfo(c *Client, w *Out, args [][]byte) {
+	attr := strings.ToLower(string(args[2]))
+	if attr != "lib-name" && attr != "lib-ver" {
+		w.WriteError("ERR Unrecognized option '" + cstr(args[2]) + "'")
+		return
+	}
+	if !validName(args[3]) {
+		w.WriteError(fmt.Sprintf("ERR %s cannot contain spaces, newlines or special characters.", attr))
+		return
+	}
+	c.mu.Lock()
+	if attr == "lib-name" {
+		c.libName = string(args[3])
+	} else {
+		c.libVer = string(args[3])
+	}
+	c.mu.Unlock()
+	w.WriteOK()
+}
+
+// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID client-id ...]
+func clientList(c *Client, w *Out, args [][]byte) {
+	var ids map[int64]bool
+	typeNormal := true
+	for i := 2; i < len(args); {
+		opt := strings.ToLower(string(args[i]))
+		switch {
+		case opt == "type" && i+1 < len(args):
+			switch strings.ToLower(string(args[i+1])) {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				typeNormal = false
+			default:
+				w.WriteError("ERR Unknown client type '" + cstr(args[i+1]) + "'")
+				return
+			}
+			i += 2
+		case opt == "id" && i+1 < len(args):
+			ids = map[int64]bool{}
+			for i++; i < len(args); i++ {
+				id, err := strconv.ParseInt(string(args[i]), 10, 64)
+				if err != nil || id <= 0 {
+					w.WriteError("ERR Invalid client ID")
+					return
+				}
+				ids[id] = true
+			}
+		default:
+			w.WriteError(ErrSyntax)
+			return
+		}
+	}
+	var b strings.Builder
+	if typeNormal {
+		for _, cl := range c.srv.sortedClients() {
+			if ids != nil && !ids[cl.ID] {
+				continue
+			}
+			b.WriteString(cl.infoLine())
+			b.WriteByte('\n')
+		}
+	}
+	w.WriteBulkString(b.String())
+}
+
+// CLIENT INFO
+func clientInfo(c *Client, w *Out, _ [][]byte) { w.WriteBulkString(c.infoLine() + "\n") }
+
+// CLIENT HELP
+func clientHelp(_ *Client, w *Out, _ [][]byte) {
+	lines := []string{
+		"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"GETNAME", "    Return the name of the current connection.",
+		"ID", "    Return the ID of the current connection.",
+		"INFO", "    Return information about the current client connection.",
+		"LIST [options ...]", "    Return information about client connections. Options:",
+		"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Return clients of specified type.",
+		"    * ID <client-id> [<client-id> ...]", "      Return clients of specified IDs only.",
+		"SETINFO <option> <value>", "    Set client meta attr. Options are:",
+		"    * LIB-NAME: the client lib name.", "    * LIB-VER: the client lib version.",
+		"SETNAME <name>", "    Assign the name <name> to the current connection.",
+		"HELP", "    Print this help.",
+	}
+	w.WriteArray(len(lines))
+	for _, l := range lines {
+		w.WriteString(l)
+	}
+}
+
+func (s *Server) sortedClients() []*Client {
+	s.clientsMu.Lock()
+	list := make([]*Client, 0, len(s.clients))
+	for _, cl := range s.clients {
+		list = append(list, cl)
+	}
+	s.clientsMu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	return list
+}
+
+// infoLine is the client's line in CLIENT LIST, with Redis 7.2's fields.
+func (c *Client) infoLine() string {
+	c.mu.Lock()
+	name, lib, ver := c.name, c.libName, c.libVer
+	c.mu.Unlock()
+	now := time.Now()
+	cmd := "NULL"
+	if lc := c.lastCmd.Load(); lc != nil {
+		cmd = lc.Name
+	}
+	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, name, int64(now.Sub(c.created).Seconds()), idle, cmd, lib, ver)
+}

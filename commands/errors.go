@@ -1,0 +1,25 @@
+package commands
+
+// Client-facing error texts, byte for byte as Redis 7 or redis-cell send them
+// (without the leading '-').
+const (
+	ErrCellUsage       = "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
+	ErrCellParsePrefix = "Cell error: Store error: Couldn't parse as integer: "
+	ErrCellZeroRate    = "Cell error: Store error: Zero rates are not supported"
+	ErrCellExpire      = "Cell error: Store error: Error while setting key expire"
+
+	ErrNoAuth          = "NOAUTH Authentication required."
+	ErrWrongPass       = "WRONGPASS invalid username-password pair or user is disabled."
+	ErrAuthNoPassword  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	ErrHelloNoAuth     = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	ErrNoProto         = "NOPROTO unsupported protocol version"
+	ErrProtoNotInt     = "ERR Protocol version is not an integer or out of range"
+	ErrSyntax          = "ERR syntax error"
+	ErrNotInteger      = "ERR value is not an integer or out of range"
+	ErrInvalidCursor   = "ERR invalid cursor"
+	ErrDBIndex         = "ERR DB index is out of range"
+	ErrClientName      = "ERR Client names cannot contain spaces, newlines or special characters."
+	ErrDebugNotAllowed = "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server."
+	ErrInternal        = "ERR internal error"
+	ErrShuttingDown    = "ERR server is shutting down"
+)

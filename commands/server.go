@@ -1,0 +1,456 @@
+// Package commands is cellserver's command table: every command's name,
+// arity, flags and key positions, its argument parsing, and its replies and
+// error texts, which match Redis 7 and redis-cell byte for byte.
+//
+// The wire layer hands each pipeline to Server.Exec with a Client and an Out
+// buffer. Keyed commands are parsed on the connection goroutine and their
+// store ops batched per shard; every other command runs in order after the
+// ops before it are done.
+package commands
+
+import (
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellserver/cellserver/store"
+)
+
+// Version is cellserver's own version, reported in INFO.
+const Version = "0.1.0"
+
+// RedisVersion is the Redis version cellserver reports to clients (INFO,
+// HELLO), which gate features on it.
+const RedisVersion = "7.2.0"
+
+// Config configures a Server.
+type Config struct {
+	// RequirePass, if set, is the password of the default user (AUTH).
+	RequirePass string
+	// EnableDebug is "no" (default), "yes" or "local" (loopback clients only),
+	// as Redis's enable-debug-command.
+	EnableDebug string
+	// Addr is the listen address, reported by INFO and CONFIG GET.
+	Addr string
+	// Logger receives warnings such as recovered panics. Default slog.Default().
+	Logger *slog.Logger
+	// Params are extra values for CONFIG GET and INFO (e.g. "maxclients"),
+	// by Redis parameter name.
+	Params map[string]string
+}
+
+// Server executes commands against a store. Safe for concurrent use by
+// many connections.
+type Server struct {
+	cfg     Config
+	st      *store.Store
+	clock   *store.Clock
+	table   Table
+	started time.Time
+	log     *slog.Logger
+
+	nextID      atomic.Int64
+	clientsMu   sync.Mutex
+	clients     map[int64]*Client
+	stats       serverStats
+	shutdown    atomic.Bool
+	errorCounts sync.Map // error code -> *atomic.Int64
+
+	opsMu      sync.Mutex
+	opsSamples [16]float64 // commands/s over the last 16 sampling periods
+	opsIdx     int
+	opsLast    int64
+	opsLastT   time.Time
+	stop       chan struct{}
+	stopOnce   sync.Once
+}
+
+type serverStats struct {
+	connections  atomic.Int64 // total accepted
+	rejectedConn atomic.Int64
+	commands     atomic.Int64
+	netIn        atomic.Int64
+	netOut       atomic.Int64
+	hits, misses atomic.Int64
+	errorReplies atomic.Int64
+}
+
+// New returns a Server executing against st.
+func New(cfg Config, st *store.Store) *Server {
+	if cfg.EnableDebug == "" {
+		cfg.EnableDebug = "no"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{
+		cfg:      cfg,
+		st:       st,
+		clock:    st.Clock(),
+		table:    newTable(),
+		started:  time.Now(),
+		log:      cfg.Logger,
+		clients:  map[int64]*Client{},
+		stop:     make(chan struct{}),
+		opsLastT: time.Now(),
+	}
+	go s.sampleOps()
+	return s
+}
+
+// Close stops the server's background sampling. Idempotent.
+func (s *Server) Close() { s.stopOnce.Do(func() { close(s.stop) }) }
+
+// sampleOps keeps instantaneous_ops_per_sec as Redis does: the mean rate
+// over the last 16 samples taken every 100 ms.
+func (s *Server) sampleOps() {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			n := s.stats.commands.Load()
+			s.opsMu.Lock()
+			if dt := now.Sub(s.opsLastT).Seconds(); dt > 0 {
+				s.opsSamples[s.opsIdx%len(s.opsSamples)] = float64(n-s.opsLast) / dt
+				s.opsIdx++
+			}
+			s.opsLast, s.opsLastT = n, now
+			s.opsMu.Unlock()
+		}
+	}
+}
+
+func (s *Server) opsPerSec() int64 {
+	s.opsMu.Lock()
+	defer s.opsMu.Unlock()
+	var sum float64
+	for _, v := range s.opsSamples {
+		sum += v
+	}
+	return int64(sum / float64(len(s.opsSamples)))
+}
+
+// Client is one connection's state. Its pipeline fields are used only by the
+// connection's goroutine; fields read by CLIENT LIST from other connections
+// are guarded by mu or atomic.
+type Client struct {
+	srv   *Server
+	ID    int64
+	Addr  string // remote address, host:port
+	LAddr string // local address
+	local bool   // loopback or unix socket: DEBUG under "local"
+
+	created  time.Time
+	lastUsed atomic.Int64 // Unix ns of the last command
+	lastCmd  atomic.Pointer[Command]
+	closing  bool
+
+	mu      sync.Mutex
+	name    string
+	libName string
+	libVer  string
+	authed  atomic.Bool
+
+	sess  *store.Session
+	ops   []*store.Op
+	nops  int
+	slots []slot
+}
+
+type slot struct {
+	cmd      *Command
+	args     [][]byte
+	from, to int // ops[from:to]
+	err      string
+}
+
+// NewClient registers a connection. Call Close when it ends.
+func (s *Server) NewClient(remote, local net.Addr) *Client {
+	c := &Client{
+		srv:     s,
+		ID:      s.nextID.Add(1),
+		created: time.Now(),
+		sess:    s.st.NewSession(),
+	}
+	if remote != nil {
+		c.Addr = remote.String()
+		c.local = isLocal(remote)
+	}
+	if local != nil {
+		c.LAddr = local.String()
+	}
+	c.lastUsed.Store(time.Now().UnixNano())
+	c.authed.Store(s.cfg.RequirePass == "")
+	s.stats.connections.Add(1)
+	s.clientsMu.Lock()
+	s.clients[c.ID] = c
+	s.clientsMu.Unlock()
+	return c
+}
+
+func isLocal(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
+}
+
+// Close unregisters the client.
+func (c *Client) Close() {
+	c.srv.clientsMu.Lock()
+	delete(c.srv.clients, c.ID)
+	c.srv.clientsMu.Unlock()
+}
+
+// Authenticated reports whether the client passed AUTH (or none is required).
+// The wire layer uses it for Redis's tighter limits on unauthenticated input.
+func (c *Client) Authenticated() bool { return c.authed.Load() }
+
+// Closing reports whether the client asked to close (QUIT): the wire layer
+// flushes the replies and closes the connection.
+func (c *Client) Closing() bool { return c.closing }
+
+// CountNet adds to the network byte counters in INFO stats.
+func (s *Server) CountNet(in, out int) {
+	s.stats.netIn.Add(int64(in))
+	s.stats.netOut.Add(int64(out))
+}
+
+// RejectConnection counts a connection refused by the wire layer (maxclients).
+func (s *Server) RejectConnection() { s.stats.rejectedConn.Add(1) }
+
+// SetShuttingDown makes INFO and new commands aware of a shutdown in progress.
+func (s *Server) SetShuttingDown() { s.shutdown.Store(true) }
+
+// Queue hands op to the store as part of this pipeline's batch for its key's
+// shard. Only Queue handlers call it.
+func (c *Client) Queue(op *store.Op) { c.sess.Add(op) }
+
+// QueueTo hands a shard-wide op to shard i.
+func (c *Client) QueueTo(i int, op *store.Op) { c.sess.AddTo(i, op) }
+
+// NewOp returns a cleared op from the client's pool.
+func (c *Client) NewOp() *store.Op {
+	if c.nops == len(c.ops) {
+		c.ops = append(c.ops, new(store.Op))
+	}
+	op := c.ops[c.nops]
+	c.nops++
+	keys := op.Keys[:0]
+	*op = store.Op{Keys: keys}
+	return op
+}
+
+// Exec runs one pipeline: every command in cmds (each the full argv), with
+// replies appended to out in request order.
+func (s *Server) Exec(c *Client, cmds [][][]byte, out *Out) {
+	now := time.Now()
+	c.lastUsed.Store(now.UnixNano())
+	for _, args := range cmds {
+		if c.closing {
+			break
+		}
+		s.execOne(c, args, out)
+	}
+	s.finish(c, out)
+	if len(cmds) > 0 {
+		s.stats.commands.Add(int64(len(cmds)))
+	}
+}
+
+func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
+	if len(args) == 0 {
+		return
+	}
+	cmd := s.table.Lookup(args[0])
+	if cmd == nil {
+		c.errSlot(unknownCommand(args))
+		return
+	}
+	if cmd.Run == nil && cmd.Queue == nil && len(cmd.Subcommands) > 0 {
+		if len(args) < 2 {
+			c.errSlot(wrongArity(cmd.Name))
+			return
+		}
+		sub := cmd.sub(args[1])
+		if sub == nil {
+			c.errSlot("ERR unknown subcommand '" + trunc(cstr(args[1]), 128) + "'. Try " + strings.ToUpper(cmd.Name) + " HELP.")
+			return
+		}
+		cmd = sub
+	}
+	if !arityOK(cmd.Arity, len(args)) {
+		c.errSlot(wrongArity(cmd.Name))
+		cmd.failed.Add(1)
+		return
+	}
+	if !cmd.NoAuth && !c.authed.Load() {
+		c.errSlot(ErrNoAuth)
+		return
+	}
+	c.lastCmd.Store(cmd)
+	cmd.calls.Add(1)
+	if cmd.Queue != nil {
+		from := c.nops
+		if e := cmd.Queue(c, args); e != "" {
+			// The handler queued nothing on error (contract), but be safe.
+			c.slots = append(c.slots, slot{cmd: cmd, err: e})
+			cmd.failed.Add(1)
+			return
+		}
+		c.slots = append(c.slots, slot{cmd: cmd, args: args, from: from, to: c.nops})
+		return
+	}
+	s.finish(c, out)
+	start := time.Now()
+	mark := out.Len()
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				out.Truncate(mark)
+				out.WriteError(ErrInternal)
+				cmd.failed.Add(1)
+				s.log.Error("command panicked", "cmd", cmd.Name, "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
+		cmd.Run(c, out, args)
+	}()
+	cmd.usec.Add(time.Since(start).Microseconds())
+}
+
+func (c *Client) errSlot(e string) {
+	c.slots = append(c.slots, slot{err: e})
+}
+
+// finish runs the queued ops and writes the replies of every pending slot.
+func (s *Server) finish(c *Client, out *Out) {
+	if len(c.slots) == 0 {
+		return
+	}
+	start := time.Now()
+	c.sess.Run()
+	var per int64
+	if n := int64(len(c.slots)); n > 0 {
+		per = time.Since(start).Microseconds() / n
+	}
+	for i := range c.slots {
+		sl := &c.slots[i]
+		if sl.err != "" {
+			s.countError(sl.err)
+			out.WriteError(sl.err)
+			continue
+		}
+		ops := c.ops[sl.from:sl.to]
+		if e := opsError(ops); e != "" {
+			s.countError(e)
+			out.WriteError(e)
+			sl.cmd.failed.Add(1)
+			continue
+		}
+		sl.cmd.usec.Add(per)
+		mark := out.Len()
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					out.Truncate(mark)
+					out.WriteError(ErrInternal)
+					s.log.Error("reply panicked", "cmd", sl.cmd.Name, "panic", r, "stack", string(debug.Stack()))
+				}
+			}()
+			sl.cmd.Reply(c, out, sl.args, ops)
+		}()
+		sl.args = nil
+	}
+	c.slots = c.slots[:0]
+	c.nops = 0
+}
+
+// opsError maps store-level failures (not command errors) to a reply.
+func opsError(ops []*store.Op) string {
+	for _, op := range ops {
+		switch op.Err {
+		case store.ErrPanic:
+			return ErrInternal
+		case store.ErrClosed:
+			return ErrShuttingDown
+		}
+	}
+	return ""
+}
+
+// countError records an error reply for INFO errorstats by its first word.
+func (s *Server) countError(e string) {
+	s.stats.errorReplies.Add(1)
+	code := e
+	if i := strings.IndexByte(e, ' '); i >= 0 {
+		code = e[:i]
+	}
+	v, ok := s.errorCounts.Load(code)
+	if !ok {
+		v, _ = s.errorCounts.LoadOrStore(code, new(atomic.Int64))
+	}
+	v.(*atomic.Int64).Add(1)
+}
+
+// unknownCommand builds Redis 7's text: the name and the first arguments,
+// each quoted and followed by a space, up to about 128 bytes.
+func unknownCommand(args [][]byte) string {
+	var b strings.Builder
+	for _, a := range args[1:] {
+		if b.Len() >= 128 {
+			break
+		}
+		room := 128 - b.Len()
+		v := cstr(a)
+		if len(v) > room {
+			v = v[:room]
+		}
+		b.WriteByte('\'')
+		b.WriteString(v)
+		b.WriteString("' ")
+	}
+	return "ERR unknown command '" + trunc(cstr(args[0]), 128) + "', with args beginning with: " + b.String()
+}
+
+// trunc cuts s to at most n bytes, like C's %.*s.
+func trunc(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// cstr is what C's %s prints of b: up to the first NUL byte.
+func cstr(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+func wrongArity(name string) string {
+	return "ERR wrong number of arguments for '" + name + "' command"
+}
+
+// commandNames returns the sorted names of the top-level commands.
+func (s *Server) commandNames() []string {
+	names := make([]string, 0, len(s.table))
+	for n := range s.table {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,660 @@
+package commands
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cellserver/cellserver/store"
+)
+
+func registerServer(t Table) {
+	t.add(
+		&Command{Name: "command", Arity: -1, Flags: []string{"loading", "stale"}, Group: "server",
+			Summary: "Returns detailed information about all commands.", Since: "2.8.13", Run: commandCmd,
+			Tips: []string{"nondeterministic_output_order"},
+			Subcommands: []*Command{
+				{Name: "command|count", Arity: 2, Summary: "Returns a count of commands.", Since: "2.8.13"},
+				{Name: "command|info", Arity: -2, Summary: "Returns information about one, multiple or all commands.", Since: "2.8.13"},
+				{Name: "command|docs", Arity: -2, Summary: "Returns documentary information about one, multiple or all commands.", Since: "7.0.0"},
+				{Name: "command|list", Arity: -2, Summary: "Returns a list of command names.", Since: "7.0.0"},
+				{Name: "command|getkeys", Arity: -3, Summary: "Extracts the key names from an arbitrary command.", Since: "2.8.13"},
+				{Name: "command|help", Arity: 2, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
+			}},
+		&Command{Name: "info", Arity: -1, Flags: []string{"loading", "stale"}, Group: "server",
+			Summary: "Returns information and statistics about the server.", Since: "1.0.0", Run: infoCmd,
+			Tips: []string{"nondeterministic_output"}},
+		&Command{Name: "config", Arity: -2, Group: "server", Summary: "A container for server configuration commands.", Since: "2.0.0",
+			Subcommands: []*Command{
+				{Name: "config|get", Arity: -3, Flags: []string{"loading", "stale"}, Run: configGet, Summary: "Returns the effective values of configuration parameters.", Since: "2.0.0"},
+				{Name: "config|set", Arity: -4, Flags: []string{"loading", "stale"}, Run: configSet, Summary: "Sets configuration parameters in-flight.", Since: "2.0.0"},
+				{Name: "config|resetstat", Arity: 2, Flags: []string{"loading", "stale"}, Run: configResetStat, Summary: "Resets the server's statistics.", Since: "2.0.0"},
+				{Name: "config|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: configHelp, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
+			}},
+		&Command{Name: "time", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "server",
+			Summary: "Returns the server time (the clock CL.THROTTLE uses).", Since: "2.6.0", Run: timeCmd,
+			Tips: []string{"nondeterministic_output"}},
+		&Command{Name: "debug", Arity: -2, Flags: []string{"admin", "noscript", "loading", "stale"}, Group: "server",
+			Summary: "cellserver: DEBUG CLOCK SET <unix_ns> | ADVANCE <ns> | REAL.", Since: "1.0.0", Run: debugCmd},
+	)
+	// COMMAND's subcommands all run through commandCmd.
+	for _, s := range t["command"].Subcommands {
+		s.Run = commandCmd
+		s.Flags = []string{"loading", "stale"}
+	}
+}
+
+// aclCategories derives Redis-style ACL categories from flags and group.
+func (c *Command) aclCategories() []string {
+	var cats []string
+	for _, f := range c.Flags {
+		switch f {
+		case "write":
+			cats = append(cats, "@write")
+		case "readonly":
+			cats = append(cats, "@read")
+		case "admin":
+			cats = append(cats, "@admin", "@dangerous")
+		}
+	}
+	if c.FirstKey > 0 {
+		cats = append(cats, "@keyspace")
+	}
+	if hasFlag(c.Flags, "fast") {
+		cats = append(cats, "@fast")
+	} else {
+		cats = append(cats, "@slow")
+	}
+	if c.Group == "connection" {
+		cats = append(cats, "@connection")
+	}
+	return cats
+}
+
+func hasFlag(flags []string, f string) bool {
+	for _, x := range flags {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+// writeInfo writes one command's COMMAND INFO entry in Redis 7's 10-field form.
+func writeCommandInfo(w *Out, c *Command) {
+	w.WriteArray(10)
+	w.WriteBulkString(c.Name)
+	w.WriteInt(int64(c.Arity))
+	w.WriteArray(len(c.Flags))
+	for _, f := range c.Flags {
+		w.WriteString(f)
+	}
+	w.WriteInt(int64(c.FirstKey))
+	w.WriteInt(int64(c.LastKey))
+	w.WriteInt(int64(c.Step))
+	cats := c.aclCategories()
+	w.WriteArray(len(cats))
+	for _, a := range cats {
+		w.WriteString(a)
+	}
+	w.WriteArray(len(c.Tips))
+	for _, t := range c.Tips {
+		w.WriteString(t)
+	}
+	if c.FirstKey > 0 {
+		// One key spec: keys from FirstKey to LastKey every Step.
+		last := c.LastKey
+		if last > 0 {
+			last -= c.FirstKey
+		}
+		flag := "RW"
+		if hasFlag(c.Flags, "readonly") {
+			flag = "RO"
+		}
+		w.WriteArray(1)
+		w.WriteArray(6)
+		w.WriteBulkString("flags")
+		w.WriteArray(1)
+		w.WriteString(flag)
+		w.WriteBulkString("begin_search")
+		w.WriteArray(4)
+		w.WriteBulkString("type")
+		w.WriteBulkString("index")
+		w.WriteBulkString("spec")
+		w.WriteArray(2)
+		w.WriteBulkString("index")
+		w.WriteInt(int64(c.FirstKey))
+		w.WriteBulkString("find_keys")
+		w.WriteArray(4)
+		w.WriteBulkString("type")
+		w.WriteBulkString("range")
+		w.WriteBulkString("spec")
+		w.WriteArray(6)
+		w.WriteBulkString("lastkey")
+		w.WriteInt(int64(last))
+		w.WriteBulkString("keystep")
+		w.WriteInt(int64(c.Step))
+		w.WriteBulkString("limit")
+		w.WriteInt(0)
+	} else {
+		w.WriteArray(0)
+	}
+	w.WriteArray(len(c.Subcommands))
+	for _, s := range c.Subcommands {
+		writeCommandInfo(w, s)
+	}
+}
+
+func writeCommandDocs(w *Out, c *Command) {
+	n := 6
+	if len(c.Subcommands) > 0 {
+		n += 2
+	}
+	w.WriteArray(n)
+	w.WriteBulkString("summary")
+	w.WriteBulkString(c.Summary)
+	w.WriteBulkString("since")
+	w.WriteBulkString(c.Since)
+	w.WriteBulkString("group")
+	group := c.Group
+	if group == "" {
+		group = "server"
+	}
+	w.WriteBulkString(group)
+	if len(c.Subcommands) > 0 {
+		w.WriteBulkString("subcommands")
+		w.WriteArray(2 * len(c.Subcommands))
+		for _, s := range c.Subcommands {
+			w.WriteBulkString(s.Name)
+			s.Group = group
+			writeCommandDocs(w, s)
+		}
+	}
+}
+
+// COMMAND [COUNT | INFO [name ...] | DOCS [name ...] | LIST | GETKEYS cmd args... | HELP]
+func commandCmd(c *Client, w *Out, args [][]byte) {
+	s := c.srv
+	names := s.commandNames()
+	if len(args) == 1 {
+		w.WriteArray(len(names))
+		for _, n := range names {
+			writeCommandInfo(w, s.table[n])
+		}
+		return
+	}
+	switch strings.ToLower(string(args[1])) {
+	case "count":
+		w.WriteInt(int64(len(names)))
+	case "list":
+		if len(args) > 2 {
+			// FILTERBY is not supported: answer as Redis does to a bad filter.
+			w.WriteError(ErrSyntax)
+			return
+		}
+		w.WriteArray(len(names))
+		for _, n := range names {
+			w.WriteBulkString(n)
+		}
+	case "info":
+		if len(args) == 2 {
+			w.WriteArray(len(names))
+			for _, n := range names {
+				writeCommandInfo(w, s.table[n])
+			}
+			return
+		}
+		w.WriteArray(len(args) - 2)
+		for _, a := range args[2:] {
+			if cmd := s.lookupFull(a); cmd != nil {
+				writeCommandInfo(w, cmd)
+			} else {
+				w.WriteNullArray()
+			}
+		}
+	case "docs":
+		var list []*Command
+		if len(args) == 2 {
+			for _, n := range names {
+				list = append(list, s.table[n])
+			}
+		} else {
+			for _, a := range args[2:] {
+				if cmd := s.lookupFull(a); cmd != nil {
+					list = append(list, cmd)
+				}
+			}
+		}
+		w.WriteArray(2 * len(list))
+		for _, cmd := range list {
+			w.WriteBulkString(cmd.Name)
+			writeCommandDocs(w, cmd)
+		}
+	case "getkeys":
+		cmd := s.table.Lookup(args[2])
+		if cmd == nil {
+			w.WriteError("ERR Invalid command specified")
+			return
+		}
+		sub := args[2:]
+		if !arityOK(cmd.Arity, len(sub)) {
+			w.WriteError("ERR Invalid number of arguments specified for command")
+			return
+		}
+		keys := keyArgs(cmd, sub)
+		if len(keys) == 0 {
+			w.WriteError("ERR The command has no key arguments")
+			return
+		}
+		w.WriteArray(len(keys))
+		for _, k := range keys {
+			w.WriteBulk(k)
+		}
+	case "help":
+		lines := []string{
+			"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+			"(no subcommand)", "    Return details about all commands.",
+			"COUNT", "    Return the total number of commands in this server.",
+			"LIST", "    Return a list of all commands in this server.",
+			"INFO [<command-name> ...]", "    Return details about multiple commands.",
+			"DOCS [<command-name> ...]", "    Return documentation details about multiple commands.",
+			"GETKEYS <full-command>", "    Return the keys from a full command.",
+			"HELP", "    Print this help.",
+		}
+		w.WriteArray(len(lines))
+		for _, l := range lines {
+			w.WriteString(l)
+		}
+	}
+}
+
+// lookupFull finds "name" or "parent|sub".
+func (s *Server) lookupFull(name []byte) *Command {
+	n := strings.ToLower(string(name))
+	if i := strings.IndexByte(n, '|'); i >= 0 {
+		if p := s.table[n[:i]]; p != nil {
+			for _, sc := range p.Subcommands {
+				if sc.Name == n {
+					return sc
+				}
+			}
+		}
+		return nil
+	}
+	return s.table[n]
+}
+
+// keyArgs returns the key arguments of argv by the command's key positions.
+func keyArgs(cmd *Command, argv [][]byte) [][]byte {
+	if cmd.FirstKey <= 0 {
+		return nil
+	}
+	last := cmd.LastKey
+	if last < 0 {
+		last += len(argv)
+	}
+	var keys [][]byte
+	for i := cmd.FirstKey; i <= last && i < len(argv); i += cmd.Step {
+		keys = append(keys, argv[i])
+	}
+	return keys
+}
+
+// TIME: the server clock (frozen under DEBUG CLOCK), as seconds and microseconds.
+func timeCmd(c *Client, w *Out, _ [][]byte) {
+	ns := c.srv.clock.Now()
+	sec, usec := ns/1e9, (ns%1e9)/1e3
+	if usec < 0 {
+		sec, usec = sec-1, usec+1e6
+	}
+	w.WriteArray(2)
+	w.WriteBulkString(strconv.FormatInt(sec, 10))
+	w.WriteBulkString(strconv.FormatInt(usec, 10))
+}
+
+// DEBUG CLOCK SET <unix_ns> | DEBUG CLOCK ADVANCE <ns> | DEBUG CLOCK REAL
+func debugCmd(c *Client, w *Out, args [][]byte) {
+	switch c.srv.cfg.EnableDebug {
+	case "yes":
+	case "local":
+		if !c.local {
+			w.WriteError(ErrDebugNotAllowed)
+			return
+		}
+	default:
+		w.WriteError(ErrDebugNotAllowed)
+		return
+	}
+	sub := strings.ToLower(string(args[1]))
+	if sub == "help" {
+		lines := []string{
+			"DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+			"CLOCK SET <unix-ns>", "    Freeze the server clock at the given Unix time in nanoseconds.",
+			"CLOCK ADVANCE <ns>", "    Move the frozen clock by ns nanoseconds (negative moves it back).",
+			"CLOCK REAL", "    Return to the wall clock.",
+			"HELP", "    Print this help.",
+		}
+		w.WriteArray(len(lines))
+		for _, l := range lines {
+			w.WriteString(l)
+		}
+		return
+	}
+	if sub != "clock" {
+		w.WriteError("ERR unknown subcommand '" + trunc(cstr(args[1]), 128) + "'. Try DEBUG HELP.")
+		return
+	}
+	if len(args) < 3 {
+		w.WriteError(wrongArity("debug"))
+		return
+	}
+	clk := c.srv.clock
+	switch op := strings.ToLower(string(args[2])); {
+	case op == "real" && len(args) == 3:
+		clk.Real()
+	case (op == "set" || op == "advance") && len(args) == 4:
+		n, ok := parseI64(args[3])
+		if !ok {
+			w.WriteError(ErrNotInteger)
+			return
+		}
+		if op == "set" {
+			clk.Set(n)
+		} else {
+			clk.Advance(n)
+		}
+	default:
+		w.WriteError(ErrSyntax)
+		return
+	}
+	w.WriteOK()
+}
+
+// configParams returns the parameters CONFIG GET reports, Redis's names.
+func (s *Server) configParams() map[string]string {
+	host, port := "127.0.0.1", "6379"
+	if h, p, ok := strings.Cut(s.cfg.Addr, ":"); ok {
+		host, port = h, p
+		if i := strings.LastIndexByte(s.cfg.Addr, ':'); i >= 0 {
+			host, port = s.cfg.Addr[:i], s.cfg.Addr[i+1:]
+		}
+	}
+	m := map[string]string{
+		"bind":                 strings.Trim(host, "[]"),
+		"port":                 port,
+		"requirepass":          s.cfg.RequirePass,
+		"databases":            "1",
+		"maxmemory":            "0",
+		"maxmemory-policy":     "noeviction",
+		"save":                 "",
+		"appendonly":           "no",
+		"timeout":              "0",
+		"cluster-enabled":      "no",
+		"enable-debug-command": s.cfg.EnableDebug,
+		"proto-max-bulk-len":   "536870912",
+	}
+	for k, v := range s.cfg.Params {
+		m[k] = v
+	}
+	return m
+}
+
+// CONFIG GET parameter [parameter ...]
+func configGet(c *Client, w *Out, args [][]byte) {
+	params := c.srv.configParams()
+	names := make([]string, 0, len(params))
+	for n := range params {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []string
+	seen := map[string]bool{}
+	for _, pat := range args[2:] {
+		for _, n := range names {
+			if !seen[n] && store.Match(pat, []byte(n), true) {
+				seen[n] = true
+				out = append(out, n, params[n])
+			}
+		}
+	}
+	w.WriteArray(len(out))
+	for _, s := range out {
+		w.WriteBulkString(s)
+	}
+}
+
+// CONFIG SET parameter value [parameter value ...]: nothing can change at run time.
+func configSet(c *Client, w *Out, args [][]byte) {
+	if (len(args)-2)%2 != 0 {
+		w.WriteError(wrongArity("config|set"))
+		return
+	}
+	name := strings.ToLower(string(args[2]))
+	if _, ok := c.srv.configParams()[name]; ok {
+		w.WriteError("ERR CONFIG SET failed (possibly related to argument '" + name + "') - can't set immutable config")
+		return
+	}
+	w.WriteError("ERR Unknown option or number of arguments for CONFIG SET - '" + cstr(args[2]) + "'")
+}
+
+// CONFIG RESETSTAT
+func configResetStat(c *Client, w *Out, _ [][]byte) {
+	c.srv.resetStats()
+	w.WriteOK()
+}
+
+// CONFIG HELP
+func configHelp(_ *Client, w *Out, _ [][]byte) {
+	lines := []string{
+		"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
+		"SET <directive> <value>", "    Not supported: cellserver is configured by command-line flags.",
+		"RESETSTAT", "    Reset statistics reported by the INFO command.",
+		"HELP", "    Print this help.",
+	}
+	w.WriteArray(len(lines))
+	for _, l := range lines {
+		w.WriteString(l)
+	}
+}
+
+func (s *Server) resetStats() {
+	st := &s.stats
+	for _, a := range []interface{ Store(int64) }{&st.connections, &st.rejectedConn, &st.commands,
+		&st.netIn, &st.netOut, &st.hits, &st.misses, &st.errorReplies} {
+		a.Store(0)
+	}
+	s.errorCounts.Range(func(k, _ any) bool { s.errorCounts.Delete(k); return true })
+	for _, c := range s.table {
+		c.resetStats()
+	}
+}
+
+func (c *Command) resetStats() {
+	c.calls.Store(0)
+	c.failed.Store(0)
+	c.usec.Store(0)
+	for _, s := range c.Subcommands {
+		s.resetStats()
+	}
+}
+
+var defaultSections = []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "errorstats", "cluster", "keyspace"}
+
+// INFO [section [section ...]]
+func infoCmd(c *Client, w *Out, args [][]byte) {
+	want := map[string]bool{}
+	if len(args) == 1 {
+		for _, s := range defaultSections {
+			want[s] = true
+		}
+	}
+	for _, a := range args[1:] {
+		switch sec := strings.ToLower(string(a)); sec {
+		case "default":
+			for _, s := range defaultSections {
+				want[s] = true
+			}
+		case "all", "everything":
+			for _, s := range defaultSections {
+				want[s] = true
+			}
+			want["commandstats"] = true
+		default:
+			want[sec] = true
+		}
+	}
+	var b strings.Builder
+	for _, sec := range []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "commandstats", "errorstats", "cluster", "keyspace"} {
+		if !want[sec] {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		c.srv.writeInfoSection(&b, sec)
+	}
+	w.WriteBulkString(b.String())
+}
+
+func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
+	line := func(k string, v any) { fmt.Fprintf(b, "%s:%v\r\n", k, v) }
+	now := time.Now()
+	switch sec {
+	case "server":
+		b.WriteString("# Server\r\n")
+		line("redis_version", RedisVersion)
+		line("redis_mode", "standalone")
+		line("cellserver_version", Version)
+		line("os", runtime.GOOS+" "+runtime.GOARCH)
+		line("arch_bits", strconv.IntSize)
+		line("go_version", runtime.Version())
+		line("process_id", os.Getpid())
+		line("tcp_port", s.configParams()["port"])
+		line("server_time_usec", s.clock.Now()/1e3)
+		up := now.Sub(s.started)
+		line("uptime_in_seconds", int64(up.Seconds()))
+		line("uptime_in_days", int64(up.Hours()/24))
+		line("shards", s.st.NumShards())
+	case "clients":
+		s.clientsMu.Lock()
+		n := len(s.clients)
+		s.clientsMu.Unlock()
+		b.WriteString("# Clients\r\n")
+		line("connected_clients", n)
+		if v, ok := s.cfg.Params["maxclients"]; ok {
+			line("maxclients", v)
+		}
+		line("blocked_clients", 0)
+	case "memory":
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		rss := readRSS()
+		b.WriteString("# Memory\r\n")
+		line("used_memory", ms.HeapAlloc)
+		line("used_memory_human", human(int64(ms.HeapAlloc)))
+		line("used_memory_rss", rss)
+		line("used_memory_rss_human", human(rss))
+		line("used_memory_keytable", s.st.Stats().TableBytes)
+		line("go_heap_sys", ms.HeapSys)
+		line("go_num_gc", ms.NumGC)
+		line("go_gc_pause_total_ns", ms.PauseTotalNs)
+		line("maxmemory", 0)
+		line("maxmemory_policy", "noeviction")
+	case "persistence":
+		b.WriteString("# Persistence\r\n")
+		line("loading", 0)
+	case "stats":
+		st := s.st.Stats()
+		b.WriteString("# Stats\r\n")
+		line("total_connections_received", s.stats.connections.Load())
+		line("total_commands_processed", s.stats.commands.Load())
+		line("instantaneous_ops_per_sec", s.opsPerSec())
+		line("total_net_input_bytes", s.stats.netIn.Load())
+		line("total_net_output_bytes", s.stats.netOut.Load())
+		line("rejected_connections", s.stats.rejectedConn.Load())
+		line("expired_keys", st.ExpiredKeys)
+		line("evicted_keys", 0)
+		line("keyspace_hits", s.stats.hits.Load())
+		line("keyspace_misses", s.stats.misses.Load())
+		line("total_error_replies", s.stats.errorReplies.Load())
+	case "replication":
+		b.WriteString("# Replication\r\n")
+		line("role", "master")
+		line("connected_slaves", 0)
+	case "cpu":
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		b.WriteString("# CPU\r\n")
+		line("used_cpu_sys", fmt.Sprintf("%.6f", tvSec(ru.Stime)))
+		line("used_cpu_user", fmt.Sprintf("%.6f", tvSec(ru.Utime)))
+	case "commandstats":
+		b.WriteString("# Commandstats\r\n")
+		var all []*Command
+		for _, n := range s.commandNames() {
+			cmd := s.table[n]
+			all = append(all, cmd)
+			all = append(all, cmd.Subcommands...)
+		}
+		for _, cmd := range all {
+			calls := cmd.calls.Load()
+			if calls == 0 {
+				continue
+			}
+			usec := cmd.usec.Load()
+			fmt.Fprintf(b, "cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=0,failed_calls=%d\r\n",
+				cmd.Name, calls, usec, float64(usec)/float64(calls), cmd.failed.Load())
+		}
+	case "errorstats":
+		b.WriteString("# Errorstats\r\n")
+		var codes []string
+		s.errorCounts.Range(func(k, _ any) bool { codes = append(codes, k.(string)); return true })
+		sort.Strings(codes)
+		for _, code := range codes {
+			v, _ := s.errorCounts.Load(code)
+			fmt.Fprintf(b, "errorstat_%s:count=%d\r\n", code, v.(interface{ Load() int64 }).Load())
+		}
+	case "cluster":
+		b.WriteString("# Cluster\r\n")
+		line("cluster_enabled", 0)
+	case "keyspace":
+		b.WriteString("# Keyspace\r\n")
+		st := s.st.Stats()
+		if st.Keys > 0 {
+			fmt.Fprintf(b, "db0:keys=%d,expires=%d,avg_ttl=0\r\n", st.Keys, st.Expires)
+		}
+	}
+}
+
+func tvSec(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+
+// readRSS returns the resident set size in bytes (Linux), or 0.
+func readRSS() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2fG", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2fM", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.2fK", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}

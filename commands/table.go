@@ -1,0 +1,104 @@
+package commands
+
+import (
+	"strings"
+	"sync/atomic"
+
+	"github.com/cellserver/cellserver/store"
+)
+
+// Command is one entry of the command table: what COMMAND reports about it,
+// and how it runs.
+//
+// A keyed command (Queue and Reply set) parses its arguments on the
+// connection goroutine and queues store ops; the pipeline's ops go to each
+// shard as one batch, and Reply then writes its answer from the finished ops.
+// Any other command (Run set) runs in order after the ops queued before it
+// are done, and writes its reply directly.
+type Command struct {
+	Name     string // lower case; for subcommands "parent|sub"
+	Arity    int    // Redis convention: N exact, -N at least N (command name included)
+	Flags    []string
+	FirstKey int
+	LastKey  int
+	Step     int
+	Group    string // COMMAND DOCS group
+	Summary  string // COMMAND DOCS summary
+	Since    string
+	NoAuth   bool     // may run before AUTH
+	Tips     []string // COMMAND tips, e.g. "request_policy:all_shards" (cluster clients fan out on it)
+
+	// Queue checks and parses args, queuing ops with c.Queue. A non-empty
+	// return is an error reply for this command, and no ops may be queued.
+	Queue func(c *Client, args [][]byte) string
+	// Reply writes the reply from this command's ops, in queue order.
+	Reply func(c *Client, w *Out, args [][]byte, ops []*store.Op)
+	// Run executes a non-keyed command.
+	Run func(c *Client, w *Out, args [][]byte)
+
+	Subcommands []*Command
+
+	calls  atomic.Int64
+	failed atomic.Int64
+	usec   atomic.Int64
+}
+
+// Table maps lower-case command names to commands.
+type Table map[string]*Command
+
+func (t Table) add(cmds ...*Command) {
+	for _, c := range cmds {
+		if c.Step == 0 && c.FirstKey > 0 {
+			c.Step = 1
+		}
+		for _, s := range c.Subcommands {
+			if s.Step == 0 && s.FirstKey > 0 {
+				s.Step = 1
+			}
+		}
+		t[c.Name] = c
+	}
+}
+
+// Lookup finds a command by name, case-insensitively, without allocating
+// for names up to 32 bytes.
+func (t Table) Lookup(name []byte) *Command {
+	var buf [32]byte
+	if len(name) <= len(buf) {
+		for i, c := range name {
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			buf[i] = c
+		}
+		return t[string(buf[:len(name)])]
+	}
+	return t[strings.ToLower(string(name))]
+}
+
+// sub finds a subcommand of c by name, case-insensitively.
+func (c *Command) sub(name []byte) *Command {
+	for _, s := range c.Subcommands {
+		if strings.EqualFold(s.Name[len(c.Name)+1:], string(name)) {
+			return s
+		}
+	}
+	return nil
+}
+
+// arityOK reports whether n arguments (name included) fit the arity.
+func arityOK(arity, n int) bool {
+	if arity >= 0 {
+		return n == arity
+	}
+	return n >= -arity
+}
+
+func newTable() Table {
+	t := Table{}
+	registerThrottle(t)
+	registerKeyspace(t)
+	registerConnection(t)
+	registerServer(t)
+	return t
+}

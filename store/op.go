@@ -1,0 +1,55 @@
+package store
+
+import (
+	"errors"
+
+	"github.com/cellserver/cellserver/gcra"
+)
+
+// Kind says what an Op does.
+type Kind uint8
+
+// Op kinds. Single-key kinds are routed to the key's shard; shard-wide kinds
+// (DBSize, Flush, Scan, Keys) name their shard in Op.Shard.
+const (
+	OpThrottle Kind = iota // CL.THROTTLE: Params in, Result/Err out
+	OpGet                  // TAT, Found
+	OpDel                  // N = 1 if a live key was removed
+	OpExists               // N = 1 if the key is live
+	OpPTTL                 // N = -2 missing, -1 no expiry, else ms left
+	OpDBSize               // N = live keys in the shard
+	OpFlush                // remove every key of the shard
+	OpScan                 // from Cursor, look at Count entries; Keys, N examined, Cursor (0 = shard done)
+	OpKeys                 // every live key matching Pattern
+)
+
+// Errors an Op can carry.
+var (
+	// ErrClosed: the store was closed before the op ran.
+	ErrClosed = errors.New("store: closed")
+	// ErrPanic: executing the op panicked; the shard recovered and goes on.
+	ErrPanic = errors.New("store: internal error")
+)
+
+// Op is one unit of work for a shard owner. The caller fills the inputs, hands
+// it to a Session and reads the outputs after Session.Run returns. An Op
+// holds no reference into the store after Run, so it can be reused.
+type Op struct {
+	Kind   Kind
+	Key    []byte      // single-key kinds
+	Params gcra.Params // OpThrottle
+	Shard  int         // shard-wide kinds: which shard
+
+	// Scan/Keys inputs.
+	Pattern []byte // glob; nil matches all
+	Count   int    // Scan: entries to look at
+
+	// Outputs.
+	Err    error
+	Result gcra.Result // OpThrottle
+	TAT    uint64      // OpGet
+	Found  bool        // OpGet
+	N      int64
+	Cursor uint64   // OpScan: in and out
+	Keys   [][]byte // OpScan, OpKeys: copies, safe to keep
+}

@@ -1,0 +1,225 @@
+package store
+
+import (
+	"bytes"
+	"hash/maphash"
+	"math"
+	"unsafe"
+)
+
+// noExpiry is the expireAt value of a key without a TTL.
+const noExpiry = math.MaxInt64
+
+// entry is one key's record. It holds no Go pointers, so the garbage collector
+// never scans the key table: keys live in the shard's byte arena.
+type entry struct {
+	koff    uint64 // arena location: page<<32 | offset; 0 length means free
+	klen    uint32
+	free    uint32 // 1 when the slot is on the free list
+	tat     uint64 // theoretical arrival time, Unix ns (the value GET returns)
+	expires int64  // expiry, Unix ms (the key is gone once now_ms > expires); noExpiry for none
+}
+
+const (
+	entryPageBits = 12
+	entryPageSize = 1 << entryPageBits
+	arenaPageSize = 1 << 20
+	idxEmpty      = 0
+	idxTomb       = 1
+	minIdxSize    = 16
+)
+
+// table is an open-addressing hash table of limiter keys, owned by one shard
+// goroutine (not safe for concurrent use). Entries live in fixed-size pages so
+// growth never copies or doubles them; an entry's index is stable for its
+// lifetime, which is what SCAN's cursor and the expiry sweep walk over.
+type table struct {
+	seed maphash.Seed
+	// idx holds, per slot, hashTag<<32 | (entry index + 2); 0 empty, 1 tombstone.
+	idx   []uint64
+	used  int // non-empty idx slots (live + tombstones)
+	live  int
+	pages [][]entry
+	nent  uint32   // entries handed out (high-water mark)
+	freeL []uint32 // free entry indexes, reused before growing
+	arena arena
+}
+
+func newTable(seed maphash.Seed) *table {
+	return &table{seed: seed, idx: make([]uint64, minIdxSize)}
+}
+
+func (t *table) len() int { return t.live }
+
+// bytes is the memory the table holds: index, entry pages and arena pages.
+func (t *table) bytes() int64 {
+	n := int64(len(t.idx))*8 + int64(len(t.pages))*entryPageSize*int64(unsafe.Sizeof(entry{})) + int64(cap(t.freeL))*4
+	for _, p := range t.arena.pages {
+		n += int64(cap(p))
+	}
+	return n
+}
+
+func (t *table) hash(key []byte) uint64 { return maphash.Bytes(t.seed, key) }
+
+func (t *table) at(i uint32) *entry { return &t.pages[i>>entryPageBits][i&(entryPageSize-1)] }
+
+func (t *table) keyOf(e *entry) []byte { return t.arena.get(e.koff, e.klen) }
+
+// find returns the entry index of key, or -1.
+func (t *table) find(key []byte) int64 {
+	h := t.hash(key)
+	tag := h >> 32
+	mask := uint64(len(t.idx) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		v := t.idx[i]
+		if v == idxEmpty {
+			return -1
+		}
+		if v != idxTomb && v>>32 == tag {
+			ei := uint32(v) - 2
+			e := t.at(ei)
+			if int(e.klen) == len(key) && bytes.Equal(t.keyOf(e), key) {
+				return int64(ei)
+			}
+		}
+	}
+}
+
+// insert adds key, which must not be present, and returns its entry index.
+func (t *table) insert(key []byte) uint32 {
+	if (t.used+1)*4 >= len(t.idx)*3 {
+		t.rehash()
+	}
+	var ei uint32
+	if n := len(t.freeL); n > 0 {
+		ei = t.freeL[n-1]
+		t.freeL = t.freeL[:n-1]
+	} else {
+		ei = t.nent
+		if ei>>entryPageBits == uint32(len(t.pages)) {
+			t.pages = append(t.pages, make([]entry, entryPageSize))
+		}
+		t.nent++
+	}
+	e := t.at(ei)
+	e.koff = t.arena.put(key)
+	e.klen = uint32(len(key))
+	e.free = 0
+	e.tat = 0
+	e.expires = noExpiry
+	h := t.hash(key)
+	t.place(h, ei)
+	t.used++
+	t.live++
+	return ei
+}
+
+func (t *table) place(h uint64, ei uint32) {
+	mask := uint64(len(t.idx) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		if t.idx[i] <= idxTomb {
+			t.idx[i] = h>>32<<32 | uint64(ei+2)
+			return
+		}
+	}
+}
+
+// remove deletes the entry at index ei.
+func (t *table) remove(ei uint32) {
+	e := t.at(ei)
+	key := t.keyOf(e)
+	h := t.hash(key)
+	mask := uint64(len(t.idx) - 1)
+	want := h>>32<<32 | uint64(ei+2)
+	for i := h & mask; ; i = (i + 1) & mask {
+		if t.idx[i] == want {
+			// A tombstone is only needed if a probe chain runs through here.
+			if t.idx[(i+1)&mask] == idxEmpty {
+				t.idx[i] = idxEmpty
+				t.used--
+			} else {
+				t.idx[i] = idxTomb
+			}
+			break
+		}
+		if t.idx[i] == idxEmpty {
+			panic("store: table entry missing from index")
+		}
+	}
+	t.arena.release(e.klen)
+	*e = entry{free: 1}
+	t.freeL = append(t.freeL, ei)
+	t.live--
+	if t.arena.garbage > arenaPageSize && t.arena.garbage > t.arena.liveBytes() {
+		t.compact()
+	}
+}
+
+// rehash rebuilds the index at a size that keeps the load under 3/4 after
+// this insert (growing, or shrinking away tombstones).
+func (t *table) rehash() {
+	n := minIdxSize
+	for n*3 <= (t.live+1)*4*2 { // target load at most 3/8 after rebuild
+		n *= 2
+	}
+	t.idx = make([]uint64, n)
+	t.used = 0
+	for i := uint32(0); i < t.nent; i++ {
+		e := t.at(i)
+		if e.free == 0 {
+			t.place(t.hash(t.keyOf(e)), i)
+			t.used++
+		}
+	}
+}
+
+// compact copies live keys into a fresh arena so deleted keys' bytes are freed.
+func (t *table) compact() {
+	var a arena
+	for i := uint32(0); i < t.nent; i++ {
+		e := t.at(i)
+		if e.free == 0 {
+			e.koff = a.put(t.keyOf(e))
+		}
+	}
+	t.arena = a
+}
+
+// reset drops every key.
+func (t *table) reset() { *t = *newTable(t.seed) }
+
+// arena stores key bytes in 1 MiB pages (a longer key gets a page of its own),
+// so it grows without copying and holds no per-key pointers.
+type arena struct {
+	pages   [][]byte
+	total   int // bytes handed out
+	garbage int // bytes of released keys
+}
+
+func (a *arena) liveBytes() int { return a.total - a.garbage }
+
+func (a *arena) put(b []byte) uint64 {
+	n := len(a.pages)
+	if n == 0 || len(a.pages[n-1])+len(b) > cap(a.pages[n-1]) {
+		size := arenaPageSize
+		if len(b) > size {
+			size = len(b)
+		}
+		a.pages = append(a.pages, make([]byte, 0, size))
+		n++
+	}
+	p := a.pages[n-1]
+	off := len(p)
+	a.pages[n-1] = append(p, b...)
+	a.total += len(b)
+	return uint64(n-1)<<32 | uint64(off)
+}
+
+func (a *arena) get(loc uint64, n uint32) []byte {
+	p := a.pages[loc>>32]
+	off := uint32(loc)
+	return p[off : off+n : off+n]
+}
+
+func (a *arena) release(n uint32) { a.garbage += int(n) }
