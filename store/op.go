@@ -21,6 +21,8 @@ const (
 	OpFlush                // remove every key of the shard
 	OpScan                 // from Cursor, look at Count entries; Keys, N examined, Cursor (0 = shard done)
 	OpKeys                 // every live key matching Pattern
+
+	opSweep // one step of the expiry sweep, run on the owner (tests)
 )
 
 // Errors an Op can carry.

@@ -121,6 +121,8 @@ func (sh *shard) exec(op *Op) {
 		sh.expires = 0
 	case OpScan:
 		sh.scan(op, nowMs)
+	case opSweep:
+		sh.sweep(now)
 	case OpKeys:
 		op.Keys = op.Keys[:0]
 		for i := uint32(0); i < sh.t.nent; i++ {

@@ -34,7 +34,7 @@ type Config struct {
 	// Clock is the server clock; nil means a new wall clock.
 	Clock *Clock
 	// SweepInterval is how often each shard runs one step of its incremental
-	// expiry sweep. Default 100ms.
+	// expiry sweep. Default 100ms; negative turns the sweep off (tests).
 	SweepInterval time.Duration
 	// SweepFraction: each step examines 1/SweepFraction of the shard's
 	// entries (at least 256), so a full pass takes SweepFraction steps.
@@ -63,7 +63,7 @@ func (c *Config) Validate() error {
 	if c.Shards < 1 || c.Shards > cluster.SlotCount {
 		return fmt.Errorf("store: shards must be between 1 and %d, got %d", cluster.SlotCount, c.Shards)
 	}
-	if c.SweepInterval < 0 || c.SweepFraction < 1 {
+	if c.SweepFraction < 1 {
 		return fmt.Errorf("store: invalid sweep settings")
 	}
 	return nil

@@ -1,0 +1,280 @@
+package store
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cellserver/cellserver/gcra"
+)
+
+const t0 = int64(1_700_000_000_000_000_000)
+
+func newTestStore(t *testing.T, shards int) (*Store, *Clock) {
+	t.Helper()
+	clk := &Clock{}
+	clk.Set(t0)
+	st, err := New(Config{Shards: shards, Clock: clk, SweepInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st, clk
+}
+
+func run(st *Store, ops ...*Op) {
+	s := st.NewSession()
+	for _, op := range ops {
+		s.Add(op)
+	}
+	s.Run()
+}
+
+func throttleOp(key string, burst, count, period, qty int64) *Op {
+	return &Op{Kind: OpThrottle, Key: []byte(key), Params: gcra.Params{MaxBurst: burst, Count: count, Period: period, Quantity: qty}}
+}
+
+func TestThrottleStoresTATAndExpiry(t *testing.T) {
+	st, clk := newTestStore(t, 4)
+	op := throttleOp("A", 15, 30, 60, 1)
+	run(st, op)
+	require.NoError(t, op.Err)
+	assert.Equal(t, int64(15), op.Result.Remaining)
+
+	get := &Op{Kind: OpGet, Key: []byte("A")}
+	pttl := &Op{Kind: OpPTTL, Key: []byte("A")}
+	run(st, get, pttl)
+	assert.True(t, get.Found)
+	assert.Equal(t, uint64(t0+2e9), get.TAT)
+	assert.Equal(t, int64(2000), pttl.N)
+
+	// At the expiry millisecond the key is still there (PTTL 0); one ms later it is gone.
+	clk.Set(t0 + 2e9)
+	run(st, pttl)
+	assert.Equal(t, int64(0), pttl.N)
+	clk.Set(t0 + 2e9 + 1e6)
+	run(st, pttl, get)
+	assert.Equal(t, int64(-2), pttl.N)
+	assert.False(t, get.Found)
+	assert.Equal(t, int64(1), st.Stats().ExpiredKeys)
+}
+
+func TestSessionKeepsOrderPerKey(t *testing.T) {
+	st, _ := newTestStore(t, 8)
+	var ops []*Op
+	for i := 0; i < 20; i++ {
+		for k := 0; k < 10; k++ {
+			ops = append(ops, throttleOp(fmt.Sprint("k", k), 15, 30, 60, 1))
+		}
+	}
+	run(st, ops...)
+	for i, op := range ops {
+		want := int64(15 - i/10)
+		limited := want < 0
+		assert.Equal(t, limited, op.Result.Limited, "op %d", i)
+		if !limited {
+			assert.Equal(t, want, op.Result.Remaining, "op %d", i)
+		}
+	}
+}
+
+func TestDelExistsFlushDBSize(t *testing.T) {
+	st, _ := newTestStore(t, 3)
+	for i := 0; i < 100; i++ {
+		run(st, throttleOp(fmt.Sprint("key", i), 5, 1, 60, 1))
+	}
+	size := func() int64 {
+		var n int64
+		s := st.NewSession()
+		ops := make([]*Op, st.NumShards())
+		for i := range ops {
+			ops[i] = &Op{Kind: OpDBSize}
+			s.AddTo(i, ops[i])
+		}
+		s.Run()
+		for _, op := range ops {
+			n += op.N
+		}
+		return n
+	}
+	assert.Equal(t, int64(100), size())
+	del, ex := &Op{Kind: OpDel, Key: []byte("key7")}, &Op{Kind: OpExists, Key: []byte("key7")}
+	run(st, del, ex)
+	assert.Equal(t, int64(1), del.N)
+	assert.Equal(t, int64(0), ex.N)
+	assert.Equal(t, int64(99), size())
+	s := st.NewSession()
+	for i := 0; i < st.NumShards(); i++ {
+		s.AddTo(i, &Op{Kind: OpFlush})
+	}
+	s.Run()
+	assert.Equal(t, int64(0), size())
+	assert.Equal(t, int64(0), st.Stats().Keys)
+}
+
+// TestScanSeesEveryKey: keys present for a whole scan are returned, even
+// while other keys are added and removed between calls.
+func TestScanSeesEveryKey(t *testing.T) {
+	st, _ := newTestStore(t, 1)
+	for i := 0; i < 1000; i++ {
+		run(st, throttleOp(fmt.Sprint("stay", i), 5, 1, 60, 1))
+	}
+	seen := map[string]bool{}
+	cursor := uint64(0)
+	churn := 0
+	for {
+		op := &Op{Kind: OpScan, Cursor: cursor, Count: 37, Pattern: []byte("stay*")}
+		s := st.NewSession()
+		s.AddTo(0, op)
+		s.Run()
+		for _, k := range op.Keys {
+			seen[string(k)] = true
+		}
+		// churn: add and delete other keys
+		for j := 0; j < 20; j++ {
+			run(st, throttleOp(fmt.Sprint("tmp", churn), 5, 1, 60, 1))
+			if churn%2 == 0 {
+				run(st, &Op{Kind: OpDel, Key: []byte(fmt.Sprint("tmp", churn-1))})
+			}
+			churn++
+		}
+		if op.Cursor == 0 {
+			break
+		}
+		cursor = op.Cursor
+	}
+	assert.Len(t, seen, 1000)
+}
+
+func TestSweepRemovesUntouchedKeys(t *testing.T) {
+	st, clk := newTestStore(t, 2)
+	for i := 0; i < 5000; i++ {
+		run(st, throttleOp(fmt.Sprint("short", i), 0, 1, 1, 1)) // 1 s TTL
+	}
+	run(st, throttleOp("long", 0, 1, 3600, 1))
+	require.Equal(t, int64(5001), st.Stats().Keys)
+	clk.Set(t0 + 2e9)
+	// Drive sweep steps on the owners (the ticker is off in this test): a
+	// full pass takes SweepFraction steps.
+	for i := 0; i < 60; i++ {
+		st.sweepAll()
+	}
+	assert.Equal(t, int64(1), st.Stats().Keys)
+	assert.Equal(t, int64(5000), st.Stats().ExpiredKeys)
+}
+
+// sweepAll runs one sweep step on every shard, on the shard's goroutine.
+func (s *Store) sweepAll() {
+	var wg sync.WaitGroup
+	for _, sh := range s.shards {
+		wg.Add(1)
+		op := &Op{Kind: opSweep}
+		sess := s.NewSession()
+		sess.AddTo(sh.id, op)
+		go func() { defer wg.Done(); sess.Run() }()
+	}
+	wg.Wait()
+}
+
+func TestSweepTicker(t *testing.T) {
+	clk := &Clock{}
+	clk.Set(t0)
+	st, err := New(Config{Shards: 2, Clock: clk, SweepInterval: time.Millisecond})
+	require.NoError(t, err)
+	defer st.Close()
+	for i := 0; i < 1000; i++ {
+		run(st, throttleOp(fmt.Sprint("k", i), 0, 1, 1, 1))
+	}
+	clk.Set(t0 + 5e9)
+	require.Eventually(t, func() bool { return st.Stats().Keys == 0 }, 5*time.Second, 5*time.Millisecond)
+}
+
+func TestConcurrentSessionsOneKey(t *testing.T) {
+	st, _ := newTestStore(t, 4)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	allowed := 0
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := st.NewSession()
+			for i := 0; i < 200; i++ {
+				op := throttleOp("hot", 99, 1, 3600, 1)
+				s.Add(op)
+				s.Run()
+				if !op.Result.Limited {
+					mu.Lock()
+					allowed++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 100, allowed) // frozen clock: exactly max_burst+1
+}
+
+func TestClosedStoreFailsOps(t *testing.T) {
+	st, _ := newTestStore(t, 2)
+	require.NoError(t, st.Close())
+	require.NoError(t, st.Close())
+	op := throttleOp("k", 1, 1, 1, 1)
+	run(st, op)
+	assert.ErrorIs(t, op.Err, ErrClosed)
+}
+
+func TestKeysAndMatch(t *testing.T) {
+	st, _ := newTestStore(t, 4)
+	for _, k := range []string{"user:1", "user:2", "admin:1", ""} {
+		run(st, throttleOp(k, 5, 1, 60, 1))
+	}
+	var got []string
+	s := st.NewSession()
+	var ops []*Op
+	for i := 0; i < st.NumShards(); i++ {
+		op := &Op{Kind: OpKeys, Pattern: []byte("user:*")}
+		ops = append(ops, op)
+		s.AddTo(i, op)
+	}
+	s.Run()
+	for _, op := range ops {
+		for _, k := range op.Keys {
+			got = append(got, string(k))
+		}
+	}
+	sort.Strings(got)
+	assert.Equal(t, []string{"user:1", "user:2"}, got)
+}
+
+func TestShardOfFollowsHashTags(t *testing.T) {
+	st, _ := newTestStore(t, 16)
+	assert.Equal(t, st.ShardOf([]byte("{user1}:a")), st.ShardOf([]byte("{user1}:b")))
+}
+
+func BenchmarkSessionThrottle(b *testing.B) {
+	clk := &Clock{}
+	st, _ := New(Config{Shards: 4, Clock: clk, SweepInterval: -1})
+	defer st.Close()
+	keys := make([][]byte, 16)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprint("bench", i))
+	}
+	s := st.NewSession()
+	ops := make([]*Op, 16)
+	for i := range ops {
+		ops[i] = &Op{Kind: OpThrottle, Params: gcra.Params{MaxBurst: 1 << 40, Count: 1, Period: 1, Quantity: 1}}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += 16 { // 16-deep pipelines
+		for j, op := range ops {
+			op.Key = keys[j]
+			s.Add(op)
+		}
+		s.Run()
+	}
+}

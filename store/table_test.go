@@ -1,0 +1,100 @@
+package store
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTableMatchesMap drives the table and a Go map with the same random
+// inserts and removes, so rehashing, tombstones, free-list reuse and arena
+// compaction are all checked against a trivially correct model.
+func TestTableMatchesMap(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	model := map[string]uint64{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	key := func() []byte { return []byte(fmt.Sprintf("key:%d", rng.IntN(5000))) }
+	for i := 0; i < 200000; i++ {
+		k := key()
+		ei := tb.find(k)
+		v, ok := model[string(k)]
+		require.Equal(t, ok, ei >= 0, "presence of %q at step %d", k, i)
+		if ok {
+			require.Equal(t, v, tb.at(uint32(ei)).tat)
+			require.Equal(t, string(k), string(tb.keyOf(tb.at(uint32(ei)))))
+		}
+		switch {
+		case ok && rng.IntN(2) == 0:
+			tb.remove(uint32(ei))
+			delete(model, string(k))
+		case !ok:
+			ei := tb.insert(k)
+			tb.at(ei).tat = uint64(i)
+			model[string(k)] = uint64(i)
+		}
+		require.Equal(t, len(model), tb.len())
+	}
+	// Every live entry is reachable and every free one is on the free list.
+	live := 0
+	for i := uint32(0); i < tb.nent; i++ {
+		e := tb.at(i)
+		if e.free == 0 {
+			live++
+			require.Equal(t, int64(i), tb.find(tb.keyOf(e)))
+		}
+	}
+	require.Equal(t, len(model), live)
+	require.Equal(t, int(tb.nent)-live, len(tb.freeL))
+}
+
+func TestTableArenaCompacts(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	big := make([]byte, 4096)
+	for round := 0; round < 20; round++ {
+		var idx []uint32
+		for i := 0; i < 1000; i++ {
+			k := append([]byte(fmt.Sprintf("%d:%d:", round, i)), big...)
+			idx = append(idx, tb.insert(k))
+		}
+		for _, ei := range idx {
+			tb.remove(ei)
+		}
+	}
+	require.Equal(t, 0, tb.len())
+	// 20 rounds wrote ~80 MB of keys; garbage collection of the arena keeps
+	// it to a few pages.
+	require.Less(t, tb.arena.total, 16<<20)
+}
+
+func TestTableLongKey(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	k := make([]byte, 3<<20)
+	k[len(k)-1] = 1
+	ei := tb.insert(k)
+	require.Equal(t, int64(ei), tb.find(k))
+	tb.insert([]byte("short"))
+	require.Equal(t, int64(ei), tb.find(k))
+}
+
+func BenchmarkTableFind(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			tb := newTable(maphash.MakeSeed())
+			keys := make([][]byte, n)
+			for i := range keys {
+				keys[i] = []byte(fmt.Sprintf("user:%012d", i))
+				tb.insert(keys[i])
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if tb.find(keys[i%n]) < 0 {
+					b.Fatal("missing")
+				}
+			}
+		})
+	}
+}
