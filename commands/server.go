@@ -39,6 +39,9 @@ type Config struct {
 	Addr string
 	// Logger receives warnings such as recovered panics. Default slog.Default().
 	Logger *slog.Logger
+	// StopWrites makes state-changing commands answer MISCONF while
+	// persistence writes fail (like stop-writes-on-bgsave-error).
+	StopWrites bool
 	// Params are extra values for CONFIG GET and INFO (e.g. "maxclients"),
 	// by Redis parameter name.
 	Params map[string]string
@@ -297,6 +300,10 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	}
 	if !cmd.NoAuth && !c.authed.Load() {
 		c.errSlot(ErrNoAuth)
+		return
+	}
+	if s.cfg.StopWrites && cmd.write && s.st.PersistErr() != nil {
+		c.errSlot(ErrMisconf)
 		return
 	}
 	c.lastCmd.Store(cmd)

@@ -569,6 +569,29 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 	case "persistence":
 		b.WriteString("# Persistence\r\n")
 		line("loading", 0)
+		ps := s.st.PersistStats()
+		if !ps.Enabled {
+			line("persistence", "none")
+			break
+		}
+		line("persistence", "pebble")
+		line("fsync", ps.Fsync)
+		line("loaded_keys", ps.KeysLoaded)
+		line("loaded_expired_dropped", ps.ExpiredAtLoad)
+		line("load_time_ms", ps.LoadTime.Milliseconds())
+		status := "ok"
+		if !ps.LastWriteOK {
+			status = "err"
+		}
+		line("last_write_status", status)
+		line("last_write_error", ps.LastWriteErr)
+		line("write_errors", ps.WriteErrors)
+		line("commits", ps.Commits)
+		line("changes_written", ps.Changes)
+		line("changes_pending", ps.Pending)
+		line("last_fsync_time", ps.LastFsync.Unix())
+		line("disk_bytes", ps.DiskBytes)
+		line("stop_writes_on_persist_error", map[bool]string{true: "yes", false: "no"}[s.cfg.StopWrites])
 	case "stats":
 		st := s.st.Stats()
 		b.WriteString("# Stats\r\n")

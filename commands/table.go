@@ -38,6 +38,7 @@ type Command struct {
 
 	Subcommands []*Command
 
+	write  bool // has the "write" flag (refused with MISCONF while persistence fails)
 	calls  atomic.Int64
 	failed atomic.Int64
 	usec   atomic.Int64
@@ -51,6 +52,7 @@ func (t Table) add(cmds ...*Command) {
 		if c.Step == 0 && c.FirstKey > 0 {
 			c.Step = 1
 		}
+		c.write = hasFlag(c.Flags, "write")
 		for _, s := range c.Subcommands {
 			if s.Step == 0 && s.FirstKey > 0 {
 				s.Step = 1

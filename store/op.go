@@ -22,7 +22,8 @@ const (
 	OpScan                 // from Cursor, look at Count entries; Keys, N examined, Cursor (0 = shard done)
 	OpKeys                 // every live key matching Pattern
 
-	opSweep // one step of the expiry sweep, run on the owner (tests)
+	opSweep    // one step of the expiry sweep, run on the owner (tests)
+	opSnapshot // rewrite the shard's keys to disk (after a reopen)
 )
 
 // Errors an Op can carry.

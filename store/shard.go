@@ -2,9 +2,13 @@ package store
 
 import (
 	"hash/maphash"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/gcra"
 )
 
@@ -17,6 +21,18 @@ type shard struct {
 	quit  chan struct{}
 	t     *table
 
+	slotLo, slotHi int // the contiguous hash slot range [lo, hi) this shard owns
+
+	// Persistence (nil p: in memory only). Changes of the batch being run
+	// collect in pb and go to the committer when the batch is done.
+	p      *persister
+	pb     *pebble.Batch
+	sent   uint64        // requests sent to the committer
+	synced atomic.Uint64 // requests the committer has finished
+	keyBuf []byte
+	valBuf [valueLen]byte
+	snap   bool // pb starts with a full rewrite of the shard (resync)
+
 	sweepPos uint32
 
 	// Counters read by Stats from other goroutines.
@@ -27,14 +43,18 @@ type shard struct {
 	expires  int64 // owner's copy of nexpires
 }
 
-func newShard(id int, seed maphash.Seed, cfg Config) *shard {
+func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
+	lo, hi := shardSlots(id, cfg.Shards)
 	return &shard{
-		id:    id,
-		cfg:   cfg,
-		clock: cfg.Clock,
-		in:    make(chan *batch, 256),
-		quit:  make(chan struct{}),
-		t:     newTable(seed),
+		id:     id,
+		cfg:    cfg,
+		clock:  cfg.Clock,
+		in:     make(chan *batch, 256),
+		quit:   make(chan struct{}),
+		t:      newTable(seed),
+		slotLo: lo,
+		slotHi: hi,
+		p:      p,
 	}
 }
 
@@ -52,6 +72,7 @@ func (sh *shard) loop() {
 		case <-tick:
 			sh.sweep(sh.clock.Now())
 			sh.publish()
+			sh.sendChanges(nil)
 		case <-sh.quit:
 			// Sessions hold the store's read lock while their batches are in
 			// flight and Close waited for it, so nothing is left to drain.
@@ -65,7 +86,84 @@ func (sh *shard) runBatch(b *batch) {
 		sh.exec(op)
 	}
 	sh.publish()
-	b.wg.Done()
+	sh.sendChanges(b.wg)
+}
+
+// sendChanges hands the batch's changes to the committer and arranges for
+// wg.Done: at once, or under FsyncAlways once this shard's changes so far
+// are synced (so no reply reports state that a crash could still undo).
+func (sh *shard) sendChanges(wg *sync.WaitGroup) {
+	if sh.p == nil {
+		if wg != nil {
+			wg.Done()
+		}
+		return
+	}
+	always := sh.p.policy == FsyncAlways
+	if sh.pb != nil {
+		sh.sent++
+		r := commitReq{b: sh.pb, sh: sh, n: sh.sent, snap: sh.snap}
+		sh.p.pending.Add(int64(sh.pb.Count()))
+		sh.pb = nil
+		sh.snap = false
+		if always {
+			r.wg = wg
+			wg = nil
+		}
+		sh.p.in <- r
+	} else if always && wg != nil && sh.sent > sh.synced.Load() {
+		sh.p.in <- commitReq{wg: wg, sh: sh, n: sh.sent}
+		wg = nil
+	}
+	if wg != nil {
+		wg.Done()
+	}
+}
+
+// snapshot replaces the pending changes with a rewrite of the shard's whole
+// range from memory.
+func (sh *shard) snapshot() {
+	if sh.p == nil {
+		return
+	}
+	if sh.pb != nil {
+		_ = sh.pb.Close()
+		sh.pb = nil
+	}
+	b := sh.batch()
+	_ = b.DeleteRange(slotBound(sh.slotLo), slotBound(sh.slotHi), nil)
+	for i := uint32(0); i < sh.t.nent; i++ {
+		if e := sh.t.at(i); e.free == 0 {
+			key := sh.t.keyOf(e)
+			sh.keyBuf = encodeKey(sh.keyBuf, cluster.KeySlot(key), key)
+			_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.expires), nil)
+		}
+	}
+	sh.snap = true
+}
+
+// batch returns the pending change batch, creating it.
+func (sh *shard) batch() *pebble.Batch {
+	if sh.pb == nil {
+		sh.pb = sh.p.db().NewBatch()
+	}
+	return sh.pb
+}
+
+func (sh *shard) recordSet(key []byte, tat uint64, exp int64) {
+	if sh.p == nil {
+		return
+	}
+	sh.keyBuf = encodeKey(sh.keyBuf, cluster.KeySlot(key), key)
+	_ = sh.batch().Set(sh.keyBuf, encodeValue(&sh.valBuf, tat, exp), nil)
+}
+
+func (sh *shard) recordDelete(key []byte) {
+	if sh.p == nil {
+		return
+	}
+	sh.keyBuf = encodeKey(sh.keyBuf, cluster.KeySlot(key), key)
+	_ = sh.batch().Delete(sh.keyBuf, nil)
 }
 
 func (sh *shard) publish() {
@@ -119,10 +217,15 @@ func (sh *shard) exec(op *Op) {
 	case OpFlush:
 		sh.t.reset()
 		sh.expires = 0
+		if sh.p != nil {
+			_ = sh.batch().DeleteRange(slotBound(sh.slotLo), slotBound(sh.slotHi), nil)
+		}
 	case OpScan:
 		sh.scan(op, nowMs)
 	case opSweep:
 		sh.sweep(now)
+	case opSnapshot:
+		sh.snapshot()
 	case OpKeys:
 		op.Keys = op.Keys[:0]
 		for i := uint32(0); i < sh.t.nent; i++ {
@@ -150,6 +253,7 @@ func (sh *shard) throttle(op *Op, now, nowMs int64) {
 		exp = nowMs + res.TTLMillis
 	}
 	sh.set(uint32(ei), res.NewTAT, exp)
+	sh.recordSet(op.Key, res.NewTAT, exp)
 }
 
 func (sh *shard) set(ei uint32, tat uint64, exp int64) {
@@ -179,10 +283,13 @@ func (sh *shard) lookup(key []byte, nowMs int64) int64 {
 	return ei
 }
 
+// remove deletes a key from memory and from disk.
 func (sh *shard) remove(ei uint32) {
-	if sh.t.at(ei).expires != noExpiry {
+	e := sh.t.at(ei)
+	if e.expires != noExpiry {
 		sh.expires--
 	}
+	sh.recordDelete(sh.t.keyOf(e))
 	sh.t.remove(ei)
 }
 

@@ -17,10 +17,16 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
+	"runtime"
 	"sync"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/cellserver/cellserver/cluster"
 )
@@ -40,6 +46,20 @@ type Config struct {
 	// entries (at least 256), so a full pass takes SweepFraction steps.
 	// Default 50 (a full pass every 5 s at the default interval).
 	SweepFraction int
+
+	// DataDir is the Pebble directory limiter state persists to; empty keeps
+	// everything in memory only.
+	DataDir string
+	// Fsync is the durability policy when DataDir is set.
+	Fsync Fsync
+	// FS is the file system Pebble uses; nil is the OS's. Tests inject
+	// faults through it (pebble's vfs/errorfs).
+	FS vfs.FS
+	// MemTableSize is Pebble's memtable size in bytes: how much is
+	// buffered (and how large the log grows) before a flush. Default 64 MiB.
+	MemTableSize uint64
+	// Logger; default slog.Default().
+	Logger *slog.Logger
 }
 
 // EnsureDefaults fills zero fields with defaults.
@@ -55,6 +75,12 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.SweepFraction == 0 {
 		c.SweepFraction = 50
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MemTableSize == 0 {
+		c.MemTableSize = 64 << 20
 	}
 }
 
@@ -76,6 +102,7 @@ type Store struct {
 	mu     sync.RWMutex // held shared while a Session runs; exclusively by Close
 	closed bool
 	wg     sync.WaitGroup
+	p      *persister // nil: in memory only
 }
 
 // New starts a store and its shard goroutines.
@@ -85,10 +112,32 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg}
+	if cfg.DataDir != "" {
+		db, err := openDB(cfg.DataDir, cfg.FS, cfg.MemTableSize, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		s.p = newPersister(db, cfg.Fsync, cfg.Logger)
+		s.p.reopen = func() (*pebble.DB, error) {
+			return openDB(cfg.DataDir, cfg.FS, cfg.MemTableSize, cfg.Logger)
+		}
+		s.p.resync = s.resync
+	}
 	seed := maphash.MakeSeed()
 	for i := 0; i < cfg.Shards; i++ {
-		sh := newShard(i, seed, cfg)
+		sh := newShard(i, seed, cfg, s.p)
 		s.shards = append(s.shards, sh)
+	}
+	if s.p != nil {
+		s.p.shards = s.shards
+		if err := s.load(); err != nil {
+			_ = s.p.db().Close()
+			return nil, err
+		}
+		go s.p.loop()
+		for _, sh := range s.shards {
+			sh.sendChanges(nil) // deletions of entries found expired
+		}
 	}
 	for _, sh := range s.shards {
 		s.wg.Add(1)
@@ -100,15 +149,93 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// load reads every shard's keys from disk, shards in parallel, before any
+// is served. Expiry is judged by the wall clock.
+func (s *Store) load() error {
+	start := time.Now()
+	nowMs := floorMs(time.Now().UnixNano())
+	errs := make([]error, len(s.shards))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, sh := range s.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = s.p.load(sh, nowMs)
+			sh.publish()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("store: loading %s: %w", s.cfg.DataDir, err)
+	}
+	s.p.loadTime.Store(int64(time.Since(start)))
+	s.cfg.Logger.Info("loaded limiter state", "dir", s.cfg.DataDir, "keys", s.p.keysLoaded.Load(),
+		"expired_dropped", s.p.expiredLoad.Load(), "took", time.Since(start).Round(time.Millisecond).String())
+	return nil
+}
+
+// resync has every shard rewrite its keys to disk, in order with its other
+// changes.
+func (s *Store) resync() {
+	sess := s.NewSession()
+	for i := range s.shards {
+		sess.AddTo(i, &Op{Kind: opSnapshot})
+	}
+	sess.Run()
+}
+
+// PersistStats reports persistence state for INFO.
+func (s *Store) PersistStats() PersistStats {
+	p := s.p
+	if p == nil {
+		return PersistStats{}
+	}
+	st := PersistStats{
+		Enabled:       true,
+		Fsync:         p.policy.String(),
+		KeysLoaded:    p.keysLoaded.Load(),
+		ExpiredAtLoad: p.expiredLoad.Load(),
+		LoadTime:      time.Duration(p.loadTime.Load()),
+		LastWriteOK:   true,
+		WriteErrors:   p.writeErrors.Load(),
+		Commits:       p.commits.Load(),
+		Changes:       p.changes.Load(),
+		LastFsync:     time.Unix(0, p.lastFsync.Load()),
+		DiskBytes:     p.db().Metrics().DiskSpaceUsage(),
+		Pending:       p.pending.Load(),
+	}
+	if e := p.lastErr.Load(); e != nil {
+		st.LastWriteOK = false
+		st.LastWriteErr = *e
+	}
+	return st
+}
+
+// PersistErr returns the last persistence write error while writes are
+// failing, else nil.
+func (s *Store) PersistErr() error {
+	if s.p == nil {
+		return nil
+	}
+	if e := s.p.lastErr.Load(); e != nil {
+		return errors.New(*e)
+	}
+	return nil
+}
+
 // Clock returns the store's clock.
 func (s *Store) Clock() *Clock { return s.cfg.Clock }
 
 // NumShards returns the number of shards.
 func (s *Store) NumShards() int { return len(s.shards) }
 
-// ShardOf returns the shard that owns key.
+// ShardOf returns the shard that owns key: shards own contiguous ranges of
+// hash slots.
 func (s *Store) ShardOf(key []byte) int {
-	return cluster.KeySlot(key) % len(s.shards)
+	return cluster.KeySlot(key) * len(s.shards) / cluster.SlotCount
 }
 
 // Close stops the shard goroutines after in-flight sessions finish. Later
@@ -125,6 +252,9 @@ func (s *Store) Close() error {
 		close(sh.quit)
 	}
 	s.wg.Wait()
+	if s.p != nil {
+		return s.p.close()
+	}
 	return nil
 }
 

@@ -29,6 +29,11 @@ type Config struct {
 	Shards      int    // shard owner goroutines
 	EnableDebug string // no | yes | local
 	MaxClients  int
+
+	DataDir    string      // Pebble directory for limiter state
+	InMemory   bool        // no persistence at all
+	Fsync      store.Fsync // durability policy
+	StopWrites bool        // answer MISCONF to writes while persisting fails
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -40,6 +45,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Shards, "shards", 16, "number of keyspace shards, each owned by one goroutine")
 	fs.StringVar(&c.EnableDebug, "enable-debug-command", "no", "allow DEBUG (e.g. DEBUG CLOCK): no, yes, or local (loopback clients only)")
 	fs.IntVar(&c.MaxClients, "maxclients", 10000, "maximum simultaneous client connections")
+	fs.StringVar(&c.DataDir, "data-dir", "cellserver-data", "`directory` where limiter state persists (Pebble)")
+	fs.BoolVar(&c.InMemory, "in-memory", false, "keep state in memory only: nothing is written to disk")
+	fsync := fs.String("fsync", "everysec", "durability: always (reply after sync), everysec (lose at most ~1 s on a crash), or no (the OS decides)")
+	stopWrites := fs.String("stop-writes-on-persist-error", "no", "yes: while disk writes fail, state-changing commands answer MISCONF")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -49,6 +58,17 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	var err error
+	if c.Fsync, err = store.ParseFsync(*fsync); err != nil {
+		return c, fmt.Errorf("--fsync must be always, everysec or no, got %q", *fsync)
+	}
+	switch *stopWrites {
+	case "yes":
+		c.StopWrites = true
+	case "no":
+	default:
+		return c, fmt.Errorf("--stop-writes-on-persist-error must be yes or no, got %q", *stopWrites)
 	}
 	switch c.EnableDebug {
 	case "no", "yes", "local":
@@ -75,13 +95,23 @@ func main() {
 
 func run(cfg Config) error {
 	log := slog.Default()
-	st, err := store.New(store.Config{Shards: cfg.Shards})
+	scfg := store.Config{Shards: cfg.Shards, Logger: log}
+	if !cfg.InMemory {
+		scfg.DataDir = cfg.DataDir
+		scfg.Fsync = cfg.Fsync
+	}
+	st, err := store.New(scfg)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Error("closing the data dir", "err", err)
+		}
+	}()
 	exec := commands.New(commands.Config{
 		RequirePass: cfg.RequirePass,
+		StopWrites:  cfg.StopWrites,
 		EnableDebug: cfg.EnableDebug,
 		Addr:        cfg.Addr,
 		Logger:      log,
@@ -95,7 +125,11 @@ func run(cfg Config) error {
 	if err := srv.Listen(); err != nil {
 		return err
 	}
-	log.Info("cellserver listening", "addr", srv.Addr().String(), "shards", st.NumShards(), "version", commands.Version)
+	persistence := "in-memory"
+	if !cfg.InMemory {
+		persistence = cfg.DataDir + " fsync=" + cfg.Fsync.String()
+	}
+	log.Info("cellserver listening", "addr", srv.Addr().String(), "shards", st.NumShards(), "persistence", persistence, "version", commands.Version)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

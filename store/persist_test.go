@@ -1,0 +1,255 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func openPersistent(t *testing.T, dir string, policy Fsync, clk *Clock, fs vfs.FS) *Store {
+	t.Helper()
+	st, err := New(Config{Shards: 4, Clock: clk, SweepInterval: -1, DataDir: dir, Fsync: policy, FS: fs, MemTableSize: 4 << 20})
+	require.NoError(t, err)
+	return st
+}
+
+func state(st *Store, key string) (uint64, bool, int64) {
+	get := &Op{Kind: OpGet, Key: []byte(key)}
+	pttl := &Op{Kind: OpPTTL, Key: []byte(key)}
+	run(st, get, pttl)
+	return get.TAT, get.Found, pttl.N
+}
+
+// wallClock returns a clock frozen at the current wall time: loading judges
+// expiry by the wall clock, so test keys must be current.
+func wallClock() *Clock {
+	c := &Clock{}
+	c.Set(time.Now().UnixNano())
+	return c
+}
+
+func TestRestartKeepsState(t *testing.T) {
+	for _, policy := range []Fsync{FsyncAlways, FsyncEverySec, FsyncNo} {
+		t.Run(policy.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			clk := wallClock()
+			st := openPersistent(t, dir, policy, clk, nil)
+			for i := 0; i < 500; i++ {
+				for j := 0; j <= i%5; j++ {
+					run(st, throttleOp(fmt.Sprint("key", i), 10, 1, 3600, 1))
+				}
+			}
+			run(st, &Op{Kind: OpDel, Key: []byte("key7")})
+			// A negative quantity can store a TAT with no TTL (spec §4).
+			run(st, throttleOp("forever", 4, 1, 1, 3))
+			run(st, throttleOp("forever", 4, 1, 1, -5))
+			before := map[string][3]int64{}
+			for i := 0; i < 500; i++ {
+				k := fmt.Sprint("key", i)
+				tat, ok, pttl := state(st, k)
+				before[k] = [3]int64{int64(tat), b2i(ok), pttl}
+			}
+			ftat, _, fpttl := state(st, "forever")
+			require.Equal(t, int64(-1), fpttl)
+			require.NoError(t, st.Close())
+
+			st2 := openPersistent(t, dir, policy, clk, nil)
+			defer st2.Close()
+			for k, want := range before {
+				tat, ok, pttl := state(st2, k)
+				assert.Equal(t, want, [3]int64{int64(tat), b2i(ok), pttl}, k)
+			}
+			tat, ok, pttl := state(st2, "forever")
+			assert.True(t, ok)
+			assert.Equal(t, ftat, tat)
+			assert.Equal(t, int64(-1), pttl)
+			assert.Equal(t, int64(500), st2.PersistStats().KeysLoaded) // 499 keys + forever
+		})
+	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestExpiredEntriesDroppedAtLoad(t *testing.T) {
+	dir := t.TempDir()
+	clk := &Clock{}
+	clk.Set(time.Now().Add(-time.Hour).UnixNano()) // an hour ago: 60 s keys are long expired
+	st := openPersistent(t, dir, FsyncAlways, clk, nil)
+	for i := 0; i < 100; i++ {
+		run(st, throttleOp(fmt.Sprint("old", i), 5, 1, 60, 1))
+	}
+	clk.Set(time.Now().UnixNano())
+	run(st, throttleOp("new", 5, 1, 60, 1))
+	require.NoError(t, st.Close())
+
+	st = openPersistent(t, dir, FsyncAlways, wallClock(), nil)
+	ps := st.PersistStats()
+	assert.Equal(t, int64(1), ps.KeysLoaded)
+	assert.Equal(t, int64(100), ps.ExpiredAtLoad)
+	require.NoError(t, st.Close())
+	// They were deleted from disk too.
+	st = openPersistent(t, dir, FsyncAlways, wallClock(), nil)
+	defer st.Close()
+	assert.Equal(t, int64(0), st.PersistStats().ExpiredAtLoad)
+	assert.Equal(t, int64(1), st.PersistStats().KeysLoaded)
+}
+
+func TestFlushAndDeletePersist(t *testing.T) {
+	dir := t.TempDir()
+	clk := wallClock()
+	st := openPersistent(t, dir, FsyncEverySec, clk, nil)
+	for i := 0; i < 200; i++ {
+		run(st, throttleOp(fmt.Sprint("k", i), 5, 1, 60, 1))
+	}
+	s := st.NewSession()
+	for i := 0; i < st.NumShards(); i++ {
+		s.AddTo(i, &Op{Kind: OpFlush})
+	}
+	s.Run()
+	run(st, throttleOp("after", 5, 1, 60, 1))
+	require.NoError(t, st.Close())
+	st = openPersistent(t, dir, FsyncEverySec, clk, nil)
+	defer st.Close()
+	assert.Equal(t, int64(1), st.PersistStats().KeysLoaded)
+	_, ok, _ := state(st, "after")
+	assert.True(t, ok)
+}
+
+func TestDataDirRefusals(t *testing.T) {
+	dir := t.TempDir()
+	st := openPersistent(t, dir, FsyncEverySec, wallClock(), nil)
+	// A second store on the same dir (as a second process would) is refused.
+	_, err := New(Config{Shards: 2, DataDir: dir})
+	assert.ErrorIs(t, err, ErrDataDirInUse)
+	require.NoError(t, st.Close())
+
+	// A non-empty directory that is not ours is never touched.
+	other := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(other, "notes.txt"), []byte("mine"), 0o644))
+	_, err = New(Config{Shards: 2, DataDir: other})
+	assert.ErrorContains(t, err, "holds no cellserver data")
+	names, _ := os.ReadDir(other)
+	assert.Len(t, names, 1)
+
+	// A Pebble dir written by something else (another format marker).
+	foreign := t.TempDir()
+	db, err := pebble.Open(foreign, &pebble.Options{FormatMajorVersion: pebbleFormat})
+	require.NoError(t, err)
+	require.NoError(t, db.Set([]byte(formatKey), []byte("something/9"), pebble.Sync))
+	require.NoError(t, db.Close())
+	_, err = New(Config{Shards: 2, DataDir: foreign})
+	assert.ErrorContains(t, err, "holds format")
+
+	// A corrupt database: the manifest is garbage.
+	corrupt := t.TempDir()
+	st = openPersistent(t, corrupt, FsyncEverySec, wallClock(), nil)
+	require.NoError(t, st.Close())
+	entries, _ := os.ReadDir(corrupt)
+	for _, e := range entries {
+		if len(e.Name()) > 9 && e.Name()[:9] == "MANIFEST-" {
+			require.NoError(t, os.WriteFile(filepath.Join(corrupt, e.Name()), []byte("garbage garbage garbage"), 0o644))
+		}
+	}
+	_, err = New(Config{Shards: 2, DataDir: corrupt})
+	assert.ErrorContains(t, err, "cannot open data dir")
+}
+
+// TestWriteErrorsServeFromMemoryAndRetry injects write errors with errorfs:
+// decisions keep being answered, the error is reported, and the queued
+// changes reach disk once writes work again.
+func TestWriteErrorsServeFromMemoryAndRetry(t *testing.T) {
+	mem := vfs.NewMem()
+	var failing atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errors.New("injected: no space left on device")
+		}
+		return nil
+	}))
+	clk := wallClock()
+	st := openPersistent(t, "db", FsyncAlways, clk, fs)
+	run(st, throttleOp("before", 5, 1, 60, 1))
+	failing.Store(true)
+	// Decisions keep coming from memory while the disk fails.
+	for i := 0; i < 7; i++ {
+		op := throttleOp("during", 5, 1, 60, 1)
+		run(st, op)
+		require.NoError(t, op.Err)
+		assert.Equal(t, i >= 6, op.Result.Limited, "call %d", i)
+	}
+	require.Error(t, st.PersistErr())
+	ps := st.PersistStats()
+	assert.False(t, ps.LastWriteOK)
+	assert.Contains(t, ps.LastWriteErr, "no space left")
+	failing.Store(false)
+	require.Eventually(t, func() bool { return st.PersistErr() == nil }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, st.Close())
+
+	st = openPersistent(t, "db", FsyncAlways, clk, mem)
+	defer st.Close()
+	tat, ok, _ := state(st, "during")
+	assert.True(t, ok, "changes made while the disk failed reach it after recovery")
+	assert.Equal(t, uint64(clk.Now()+6*60e9), tat) // six allowed calls, T = 60 s
+}
+
+// TestChurnKeepsDiskBounded: short-lived keys that expire and are swept
+// leave the directory bounded, not growing with the number ever written.
+func TestChurnKeepsDiskBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow")
+	}
+	dir := t.TempDir()
+	clk := wallClock()
+	st := openPersistent(t, dir, FsyncNo, clk, nil)
+	defer st.Close()
+	var first uint64
+	for round := 0; round < 40; round++ {
+		sess := st.NewSession()
+		for i := 0; i < 10000; i++ {
+			sess.Add(throttleOp(fmt.Sprintf("churn:%d:%d", round, i), 0, 1, 1, 1))
+			if i%256 == 255 {
+				sess.Run()
+			}
+		}
+		sess.Run()
+		clk.Advance(2e9)
+		for i := 0; i < 60; i++ {
+			st.sweepAll()
+		}
+		require.Equal(t, int64(0), st.Stats().Keys)
+		if round == 4 {
+			first = dirSize(t, dir)
+		}
+	}
+	require.Eventually(t, func() bool { return st.PersistStats().Pending == 0 }, 10*time.Second, 10*time.Millisecond)
+	last := dirSize(t, dir)
+	t.Logf("dir after 5 rounds: %d bytes; after 40 rounds (400k keys written and expired): %d bytes", first, last)
+	assert.Less(t, last, 3*first+(8<<20))
+}
+
+func dirSize(t *testing.T, dir string) uint64 {
+	var n uint64
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && !e.IsDir() {
+			n += uint64(info.Size())
+		}
+	}
+	return n
+}
