@@ -1,0 +1,232 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Kill9 kills the server with SIGKILL (a crash), and marks that as expected.
+func (s *server) Kill9() {
+	s.stopOnce.Do(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		s.exitCode = 0
+	})
+}
+
+func TestRestartKeepsEveryKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	srv := startServer(t, "--data-dir", dir)
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 30*time.Second)
+	type st struct {
+		tat  string
+		pttl int64
+	}
+	before := map[string]st{}
+	for i := 0; i < 300; i++ {
+		k := fmt.Sprint("user:", i)
+		for j := 0; j <= i%7; j++ {
+			require.NoError(t, rdb.Do(ctx, "CL.THROTTLE", k, 10, 1, 3600).Err())
+		}
+	}
+	require.NoError(t, rdb.Del(ctx, "user:5").Err())
+	for i := 0; i < 300; i++ {
+		k := fmt.Sprint("user:", i)
+		tat, _ := rdb.Get(ctx, k).Result()
+		pttl := rdb.PTTL(ctx, k).Val()
+		before[k] = st{tat, pttl.Milliseconds()}
+	}
+	stoppedAt := time.Now()
+	require.Equal(t, 0, srv.Stop())
+	srv2 := startServer(t, "--data-dir", dir)
+	rdb2 := srv2.Client(t)
+	elapsed := time.Since(stoppedAt).Milliseconds()
+	for k, want := range before {
+		tat, err := rdb2.Get(ctx, k).Result()
+		if want.tat == "" {
+			assert.ErrorIs(t, err, redis.Nil, k)
+			continue
+		}
+		assert.Equal(t, want.tat, tat, k)
+		pttl := rdb2.PTTL(ctx, k).Val().Milliseconds()
+		assert.LessOrEqual(t, pttl, want.pttl, k)
+		assert.GreaterOrEqual(t, pttl, want.pttl-elapsed-100, k)
+	}
+	info := rdb2.Info(ctx, "persistence").Val()
+	assert.Contains(t, info, "loaded_keys:299")
+	assert.Contains(t, info, "last_write_status:ok")
+}
+
+// hammer runs workers that each call CL.THROTTLE on their own keys (burst
+// 19, one token per hour, so no token comes back during the test) until
+// stop closes, recording for every key how many allowed replies it got and
+// when.
+type ack struct {
+	at time.Time
+	n  int // allowed calls acknowledged so far for the key
+}
+
+func hammer(t *testing.T, addr string, workers, keysPer int, stop <-chan struct{}) (acked map[string][]ack, sent map[string]int) {
+	var mu sync.Mutex
+	acked, sent = map[string][]ack{}, map[string]int{}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: 1})
+			defer rdb.Close()
+			local := map[string][]ack{}
+			lsent := map[string]int{}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					mu.Lock()
+					for k, v := range local {
+						acked[k] = v
+					}
+					for k, v := range lsent {
+						sent[k] = v
+					}
+					mu.Unlock()
+					return
+				default:
+				}
+				k := fmt.Sprintf("w%d:k%d", w, i%keysPer)
+				lsent[k]++
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				v, err := rdb.Do(ctx, "CL.THROTTLE", k, 19, 1, 3600).Int64Slice()
+				cancel()
+				if err != nil {
+					time.Sleep(5 * time.Millisecond) // server gone; wait for stop
+					continue
+				}
+				if v[0] == 0 {
+					n := 1
+					if l := local[k]; len(l) > 0 {
+						n = l[len(l)-1].n + 1
+					}
+					local[k] = append(local[k], ack{time.Now(), n})
+				}
+			}
+		}()
+	}
+	go func() { <-stop; wg.Wait() }()
+	t.Cleanup(wg.Wait)
+	return acked, sent
+}
+
+// persistedUsed reads how many tokens each key has used, with a peek
+// (quantity 0), which does not consume.
+func persistedUsed(t *testing.T, rdb *redis.Client, key string) int {
+	v, err := rdb.Do(context.Background(), "CL.THROTTLE", key, 19, 1, 3600, 0).Int64Slice()
+	require.NoError(t, err)
+	return int(20 - v[2])
+}
+
+func killUnderLoad(t *testing.T, fsync string, run time.Duration) (acked map[string][]ack, sent map[string]int, killedAt time.Time, after *redis.Client) {
+	dir := filepath.Join(t.TempDir(), "data")
+	srv := startServer(t, "--data-dir", dir, "--fsync", fsync)
+	stop := make(chan struct{})
+	var done sync.WaitGroup
+	done.Add(1)
+	var a map[string][]ack
+	var s map[string]int
+	go func() {
+		defer done.Done()
+		a, s = hammer(t, srv.Addr, 8, 12, stop)
+	}()
+	time.Sleep(run)
+	killedAt = time.Now()
+	srv.Kill9()
+	close(stop)
+	done.Wait()
+	time.Sleep(50 * time.Millisecond) // let workers publish their maps
+	srv2 := startServer(t, "--data-dir", dir, "--fsync", fsync)
+	return a, s, killedAt, srv2.Client(t)
+}
+
+// TestKill9AlwaysLosesNothingAcknowledged: with --fsync always, every
+// allowed decision acknowledged before kill -9 is there after restart, and
+// exhausted keys stay limited. Run three times.
+func TestKill9AlwaysLosesNothingAcknowledged(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		acked, sent, _, rdb := killUnderLoad(t, "always", 1500*time.Millisecond)
+		require.NotEmpty(t, acked)
+		exhausted, total := 0, 0
+		for k, list := range acked {
+			n := list[len(list)-1].n
+			total += n
+			used := persistedUsed(t, rdb, k)
+			require.GreaterOrEqual(t, used, n, "round %d key %s: %d allowed calls acknowledged, %d survived", round, k, n, used)
+			require.LessOrEqual(t, used, min(sent[k], 20), "key %s", k)
+			if n == 20 {
+				exhausted++
+				v, err := rdb.Do(context.Background(), "CL.THROTTLE", k, 19, 1, 3600).Int64Slice()
+				require.NoError(t, err)
+				require.Equal(t, int64(1), v[0], "exhausted key %s must stay limited", k)
+			}
+		}
+		t.Logf("round %d: %d keys, %d acknowledged allowed calls, %d exhausted keys: all survived kill -9", round, len(acked), total, exhausted)
+	}
+}
+
+// TestKill9EverySecLossBounded: with everysec, what kill -9 loses is bounded
+// by the sync interval: every decision acknowledged more than 2 s (one sync
+// interval plus scheduling slack) before the kill survives.
+func TestKill9EverySecLossBounded(t *testing.T) {
+	acked, _, killedAt, rdb := killUnderLoad(t, "everysec", 3*time.Second)
+	require.NotEmpty(t, acked)
+	var lostMax time.Duration
+	for k, list := range acked {
+		used := persistedUsed(t, rdb, k)
+		for _, a := range list {
+			if a.n > used {
+				// This acknowledged call was lost: how long before the kill?
+				if d := killedAt.Sub(a.at); d > lostMax {
+					lostMax = d
+				}
+				break
+			}
+		}
+	}
+	t.Logf("oldest lost acknowledgement: %v before kill -9", lostMax)
+	assert.Less(t, lostMax, 2*time.Second)
+}
+
+func TestSecondProcessOnSameDirRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	startServer(t, "--data-dir", dir)
+	out, err := exec.Command(binPath, "--addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--data-dir", dir).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "in use by another process")
+}
+
+func TestExpiredKeysGoneAfterRestart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	srv := startServer(t, "--data-dir", dir)
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 10*time.Second)
+	for i := 0; i < 50; i++ {
+		require.NoError(t, rdb.Do(ctx, "CL.THROTTLE", fmt.Sprint("short", i), 0, 1, 1).Err()) // 1 s TTL
+	}
+	require.NoError(t, rdb.Do(ctx, "CL.THROTTLE", "long", 0, 1, 3600).Err())
+	require.Equal(t, 0, srv.Stop())
+	time.Sleep(1100 * time.Millisecond) // loading judges expiry by the wall clock
+	srv2 := startServer(t, "--data-dir", dir)
+	rdb2 := srv2.Client(t)
+	assert.Equal(t, int64(1), rdb2.DBSize(ctx).Val())
+	info := rdb2.Info(ctx, "persistence").Val()
+	assert.True(t, strings.Contains(info, "loaded_keys:1\r\n") && strings.Contains(info, "loaded_expired_dropped:50\r\n"), info)
+}
