@@ -103,7 +103,12 @@ func hammer(t *testing.T, addr string, workers, keysPer int, stop <-chan struct{
 					return
 				default:
 				}
-				k := fmt.Sprintf("w%d:k%d", w, i%keysPer)
+				// Half the calls go to a few hot keys (exhausted quickly), half
+				// cycle over many cold keys (still being written at the kill).
+				k := fmt.Sprintf("w%d:hot%d", w, (i/2)%3)
+				if i%2 == 1 {
+					k = fmt.Sprintf("w%d:cold%d", w, (i/2)%keysPer)
+				}
 				lsent[k]++
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				v, err := rdb.Do(ctx, "CL.THROTTLE", k, 19, 1, 3600).Int64Slice()
@@ -145,7 +150,7 @@ func killUnderLoad(t *testing.T, fsync string, run time.Duration) (acked map[str
 	var s map[string]int
 	go func() {
 		defer done.Done()
-		a, s = hammer(t, srv.Addr, 8, 12, stop)
+		a, s = hammer(t, srv.Addr, 8, 300, stop)
 	}()
 	time.Sleep(run)
 	killedAt = time.Now()
