@@ -55,4 +55,9 @@ type Op struct {
 	N      int64
 	Cursor uint64   // OpScan: in and out
 	Keys   [][]byte // OpScan, OpKeys: copies, safe to keep
+
+	hash uint64 // Key's table hash, computed by the shard's warm pass
 }
+
+// keyed reports whether the op names one key.
+func (op *Op) keyed() bool { return op.Kind <= OpPTTL }

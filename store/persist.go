@@ -249,9 +249,10 @@ func guard(f func() error) (err error) {
 	return f()
 }
 
-// loop commits what shards send. Under FsyncAlways every commit is synced
-// and its waiters released after; otherwise commits do not sync and a tick
-// syncs the log once a second (everysec).
+// loop commits what shards send, merging whatever is queued into one write.
+// Commits are synced except under FsyncNo; under FsyncAlways waiters are
+// released after the sync. (Under everysec the shards send their changes
+// once per PersistInterval, so this is about one sync a second.)
 //
 // On a write error the server keeps answering from memory: a plain error
 // keeps the changes and retries them every second; a fatal one (Pebble's
@@ -260,18 +261,11 @@ func guard(f func() error) (err error) {
 // which that rewrite covers.
 func (p *persister) loop() {
 	defer close(p.done)
-	var tick <-chan time.Time
-	if p.policy == FsyncEverySec {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		tick = t.C
-	}
 	retry := time.NewTicker(p.retryEvery)
 	defer retry.Stop()
 	var failed *pebble.Batch // changes whose commit failed, retried first
 	broken := false          // Pebble hit a fatal error: reopen needed
 	needSnap := map[*shard]bool{}
-	dirty := false // committed without sync since the last sync
 	reqs := make([]commitReq, 0, 256)
 	for {
 		var quitting bool
@@ -287,12 +281,6 @@ func (p *persister) loop() {
 					break drain
 				}
 			}
-		case <-tick:
-			if dirty && !broken {
-				p.sync()
-				dirty = false
-			}
-			continue
 		case <-retry.C:
 			if broken {
 				if db, err := p.reopen(); err != nil {
@@ -344,9 +332,9 @@ func (p *persister) loop() {
 			_ = r.b.Close()
 		}
 		if b != nil && !b.Empty() && !broken {
-			opts := pebble.NoSync
-			if p.policy == FsyncAlways || quitting {
-				opts = pebble.Sync
+			opts := pebble.Sync
+			if p.policy == FsyncNo && !quitting {
+				opts = pebble.NoSync
 			}
 			db := p.db()
 			err := guard(func() error { return db.Apply(b, opts) })
@@ -370,8 +358,6 @@ func (p *persister) loop() {
 				_ = b.Close()
 				if opts == pebble.Sync {
 					p.lastFsync.Store(time.Now().UnixNano())
-				} else {
-					dirty = true
 				}
 			}
 		} else if b != nil {
@@ -389,9 +375,6 @@ func (p *persister) loop() {
 		}
 		clear(reqs)
 		if quitting {
-			if dirty && !broken {
-				p.sync()
-			}
 			if failed != nil {
 				p.log.Error("persistence: changes could not be written before shutdown", "changes", failed.Count())
 				_ = failed.Close()
@@ -399,15 +382,6 @@ func (p *persister) loop() {
 			return
 		}
 	}
-}
-
-func (p *persister) sync() {
-	db := p.db()
-	if err := guard(func() error { return db.LogData(nil, pebble.Sync) }); err != nil {
-		p.fail(err)
-		return
-	}
-	p.lastFsync.Store(time.Now().UnixNano())
 }
 
 func (p *persister) fail(err error) {

@@ -52,6 +52,10 @@ type Config struct {
 	DataDir string
 	// Fsync is the durability policy when DataDir is set.
 	Fsync Fsync
+	// PersistInterval is how often shards write their changed keys out
+	// under FsyncEverySec and FsyncNo (FsyncAlways writes every batch).
+	// Default 1s: with everysec, kill -9 loses at most about this much.
+	PersistInterval time.Duration
 	// FS is the file system Pebble uses; nil is the OS's. Tests inject
 	// faults through it (pebble's vfs/errorfs).
 	FS vfs.FS
@@ -78,6 +82,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.PersistInterval == 0 {
+		c.PersistInterval = time.Second
 	}
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 64 << 20

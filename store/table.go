@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"hash/maphash"
 	"math"
 	"unsafe"
@@ -10,12 +11,18 @@ import (
 // noExpiry is the expireAt value of a key without a TTL.
 const noExpiry = math.MaxInt64
 
-// entry is one key's record. It holds no Go pointers, so the garbage collector
-// never scans the key table: keys live in the shard's byte arena.
+// inlineKey is the longest key stored inside its entry; longer keys live
+// in the table's byte arena.
+const inlineKey = 16
+
+// entry is one key's record (40 bytes). It holds no Go pointers, so the
+// garbage collector never scans the key table. Keys up to 16 bytes sit in
+// the entry itself (one cache miss fewer per lookup, no arena bytes).
 type entry struct {
-	koff    uint64 // arena location: page<<32 | offset; 0 length means free
+	k       [inlineKey]byte // the key if klen <= 16, else k[:8] is its arena location
 	klen    uint32
-	free    uint32 // 1 when the slot is on the free list
+	free    uint16 // 1 when the slot is on the free list
+	dirty   uint16 // 1 when changed since last written to disk (the shard's dirty list has it)
 	tat     uint64 // theoretical arrival time, Unix ns (the value GET returns)
 	expires int64  // expiry, Unix ms (the key is gone once now_ms > expires); noExpiry for none
 }
@@ -64,11 +71,30 @@ func (t *table) hash(key []byte) uint64 { return maphash.Bytes(t.seed, key) }
 
 func (t *table) at(i uint32) *entry { return &t.pages[i>>entryPageBits][i&(entryPageSize-1)] }
 
-func (t *table) keyOf(e *entry) []byte { return t.arena.get(e.koff, e.klen) }
+// keyOf returns the key of e. The slice aliases the table: use it before the
+// next change to the table.
+func (t *table) keyOf(e *entry) []byte {
+	if e.klen <= inlineKey {
+		return e.k[:e.klen:e.klen]
+	}
+	return t.arena.get(binary.LittleEndian.Uint64(e.k[:8]), e.klen)
+}
+
+// setKey stores key into e, inline or in the arena.
+func (t *table) setKey(e *entry, key []byte, a *arena) {
+	e.klen = uint32(len(key))
+	if len(key) <= inlineKey {
+		copy(e.k[:], key)
+		return
+	}
+	binary.LittleEndian.PutUint64(e.k[:8], a.put(key))
+}
 
 // find returns the entry index of key, or -1.
-func (t *table) find(key []byte) int64 {
-	h := t.hash(key)
+func (t *table) find(key []byte) int64 { return t.findHash(key, t.hash(key)) }
+
+// findHash is find with the key's hash already computed.
+func (t *table) findHash(key []byte, h uint64) int64 {
 	tag := h >> 32
 	mask := uint64(len(t.idx) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
@@ -87,7 +113,10 @@ func (t *table) find(key []byte) int64 {
 }
 
 // insert adds key, which must not be present, and returns its entry index.
-func (t *table) insert(key []byte) uint32 {
+func (t *table) insert(key []byte) uint32 { return t.insertHash(key, t.hash(key)) }
+
+// insertHash is insert with the key's hash already computed.
+func (t *table) insertHash(key []byte, h uint64) uint32 {
 	if (t.used+1)*4 >= len(t.idx)*3 {
 		t.rehash()
 	}
@@ -103,12 +132,11 @@ func (t *table) insert(key []byte) uint32 {
 		t.nent++
 	}
 	e := t.at(ei)
-	e.koff = t.arena.put(key)
-	e.klen = uint32(len(key))
+	t.setKey(e, key, &t.arena)
 	e.free = 0
+	e.dirty = 0
 	e.tat = 0
 	e.expires = noExpiry
-	h := t.hash(key)
 	t.place(h, ei)
 	t.used++
 	t.live++
@@ -147,7 +175,9 @@ func (t *table) remove(ei uint32) {
 			panic("store: table entry missing from index")
 		}
 	}
-	t.arena.release(e.klen)
+	if e.klen > inlineKey {
+		t.arena.release(e.klen)
+	}
 	*e = entry{free: 1}
 	t.freeL = append(t.freeL, ei)
 	t.live--
@@ -160,7 +190,7 @@ func (t *table) remove(ei uint32) {
 // this insert (growing, or shrinking away tombstones).
 func (t *table) rehash() {
 	n := minIdxSize
-	for n*3 <= (t.live+1)*4*2 { // target load at most 3/8 after rebuild
+	for n < (t.live+1)*2 { // load at most 1/2 after a rebuild, 3/4 before the next
 		n *= 2
 	}
 	t.idx = make([]uint64, n)
@@ -179,8 +209,8 @@ func (t *table) compact() {
 	var a arena
 	for i := uint32(0); i < t.nent; i++ {
 		e := t.at(i)
-		if e.free == 0 {
-			e.koff = a.put(t.keyOf(e))
+		if e.free == 0 && e.klen > inlineKey {
+			t.setKey(e, t.keyOf(e), &a)
 		}
 	}
 	t.arena = a

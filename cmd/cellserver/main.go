@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof" // served only with --pprof-addr
 	"os"
 	"os/signal"
 	"strconv"
@@ -34,6 +36,8 @@ type Config struct {
 	InMemory   bool        // no persistence at all
 	Fsync      store.Fsync // durability policy
 	StopWrites bool        // answer MISCONF to writes while persisting fails
+
+	PprofAddr string // if set, serve net/http/pprof here (profiling)
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -48,6 +52,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.DataDir, "data-dir", "cellserver-data", "`directory` where limiter state persists (Pebble)")
 	fs.BoolVar(&c.InMemory, "in-memory", false, "keep state in memory only: nothing is written to disk")
 	fsync := fs.String("fsync", "everysec", "durability: always (reply after sync), everysec (lose at most ~1 s on a crash), or no (the OS decides)")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve Go's net/http/pprof profiles on this `host:port` (off by default)")
 	stopWrites := fs.String("stop-writes-on-persist-error", "no", "yes: while disk writes fail, state-changing commands answer MISCONF")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
@@ -130,6 +135,15 @@ func run(cfg Config) error {
 		persistence = cfg.DataDir + " fsync=" + cfg.Fsync.String()
 	}
 	log.Info("cellserver listening", "addr", srv.Addr().String(), "shards", st.NumShards(), "persistence", persistence, "version", commands.Version)
+
+	if cfg.PprofAddr != "" {
+		go func() {
+			log.Info("pprof listening", "addr", cfg.PprofAddr)
+			if err := http.ListenAndServe(cfg.PprofAddr, nil); err != nil {
+				log.Error("pprof server", "err", err)
+			}
+		}()
+	}
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
