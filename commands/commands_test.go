@@ -28,7 +28,8 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	clk.Set(1_700_000_000_000_000_000)
 	st, err := store.New(store.Config{Shards: 4, Clock: clk})
 	require.NoError(t, err)
-	srv := New(cfg, st)
+	srv, err := New(cfg, st)
+	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close(); st.Close() })
 	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}
 	return &harness{t: t, srv: srv, c: srv.NewClient(remote, remote)}
@@ -259,7 +260,7 @@ func fmtInt(n int) string { return strconv.Itoa(n) }
 func BenchmarkExecThrottlePipeline(b *testing.B) {
 	st, _ := store.New(store.Config{Shards: 4})
 	defer st.Close()
-	srv := New(Config{}, st)
+	srv, _ := New(Config{}, st)
 	defer srv.Close()
 	c := srv.NewClient(nil, nil)
 	var cmds [][][]byte

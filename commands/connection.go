@@ -162,7 +162,11 @@ func helloCmd(c *Client, w *Out, args [][]byte) {
 	w.WriteBulkString("id")
 	w.WriteInt(c.ID)
 	w.WriteBulkString("mode")
-	w.WriteBulkString("standalone")
+	if c.srv.clusterOn() {
+		w.WriteBulkString("cluster")
+	} else {
+		w.WriteBulkString("standalone")
+	}
 	w.WriteBulkString("role")
 	w.WriteBulkString("master")
 	w.WriteBulkString("modules")

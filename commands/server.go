@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -39,6 +40,8 @@ type Config struct {
 	Addr string
 	// Logger receives warnings such as recovered panics. Default slog.Default().
 	Logger *slog.Logger
+	// Cluster configures cluster mode (default: off).
+	Cluster ClusterConfig
 	// StopWrites makes state-changing commands answer MISCONF while
 	// persistence writes fail (like stop-writes-on-bgsave-error).
 	StopWrites bool
@@ -71,6 +74,10 @@ type Server struct {
 	opsLastT   time.Time
 	stop       chan struct{}
 	stopOnce   sync.Once
+
+	myID   string                           // cluster node id
+	topo   atomic.Pointer[cluster.Topology] // current cluster topology (nil: none yet)
+	topoMu sync.Mutex                       // serializes SETTOPOLOGY
 }
 
 type serverStats struct {
@@ -81,10 +88,11 @@ type serverStats struct {
 	netOut       atomic.Int64
 	hits, misses atomic.Int64
 	errorReplies atomic.Int64
+	moved        atomic.Int64
 }
 
 // New returns a Server executing against st.
-func New(cfg Config, st *store.Store) *Server {
+func New(cfg Config, st *store.Store) (*Server, error) {
 	if cfg.EnableDebug == "" {
 		cfg.EnableDebug = "no"
 	}
@@ -102,8 +110,11 @@ func New(cfg Config, st *store.Store) *Server {
 		stop:     make(chan struct{}),
 		opsLastT: time.Now(),
 	}
+	if err := s.initCluster(); err != nil {
+		return nil, err
+	}
 	go s.sampleOps()
-	return s
+	return s, nil
 }
 
 // Close stops the server's background sampling. Idempotent.
@@ -301,6 +312,12 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if !cmd.NoAuth && !c.authed.Load() {
 		c.errSlot(ErrNoAuth)
 		return
+	}
+	if cmd.FirstKey > 0 && s.clusterOn() {
+		if e := s.route(cmd, args); e != "" {
+			c.errSlot(e)
+			return
+		}
 	}
 	if s.cfg.StopWrites && cmd.write && s.st.PersistErr() != nil {
 		c.errSlot(ErrMisconf)

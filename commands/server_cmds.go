@@ -394,7 +394,7 @@ func (s *Server) configParams() map[string]string {
 		"save":                 "",
 		"appendonly":           "no",
 		"timeout":              "0",
-		"cluster-enabled":      "no",
+		"cluster-enabled":      map[bool]string{true: "yes", false: "no"}[s.clusterOn()],
 		"enable-debug-command": s.cfg.EnableDebug,
 		"proto-max-bulk-len":   "536870912",
 	}
@@ -466,7 +466,7 @@ func configHelp(_ *Client, w *Out, _ [][]byte) {
 func (s *Server) resetStats() {
 	st := &s.stats
 	for _, a := range []interface{ Store(int64) }{&st.connections, &st.rejectedConn, &st.commands,
-		&st.netIn, &st.netOut, &st.hits, &st.misses, &st.errorReplies} {
+		&st.netIn, &st.netOut, &st.hits, &st.misses, &st.errorReplies, &st.moved} {
 		a.Store(0)
 	}
 	s.errorCounts.Range(func(k, _ any) bool { s.errorCounts.Delete(k); return true })
@@ -529,7 +529,11 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 	case "server":
 		b.WriteString("# Server\r\n")
 		line("redis_version", RedisVersion)
-		line("redis_mode", "standalone")
+		if s.clusterOn() {
+			line("redis_mode", "cluster")
+		} else {
+			line("redis_mode", "standalone")
+		}
 		line("cellserver_version", Version)
 		line("os", runtime.GOOS+" "+runtime.GOARCH)
 		line("arch_bits", strconv.IntSize)
@@ -644,7 +648,13 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 		}
 	case "cluster":
 		b.WriteString("# Cluster\r\n")
-		line("cluster_enabled", 0)
+		if s.clusterOn() {
+			line("cluster_enabled", 1)
+			line("cluster_mode", s.cfg.Cluster.Mode)
+			line("cluster_moved_replies", s.stats.moved.Load())
+		} else {
+			line("cluster_enabled", 0)
+		}
 	case "keyspace":
 		b.WriteString("# Keyspace\r\n")
 		st := s.st.Stats()

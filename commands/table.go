@@ -102,5 +102,6 @@ func newTable() Table {
 	registerKeyspace(t)
 	registerConnection(t)
 	registerServer(t)
+	registerCluster(t)
 	return t
 }

@@ -12,15 +12,18 @@ type Kind uint8
 // Op kinds. Single-key kinds are routed to the key's shard; shard-wide kinds
 // (DBSize, Flush, Scan, Keys) name their shard in Op.Shard.
 const (
-	OpThrottle Kind = iota // CL.THROTTLE: Params in, Result/Err out
-	OpGet                  // TAT, Found
-	OpDel                  // N = 1 if a live key was removed
-	OpExists               // N = 1 if the key is live
-	OpPTTL                 // N = -2 missing, -1 no expiry, else ms left
-	OpDBSize               // N = live keys in the shard
-	OpFlush                // remove every key of the shard
-	OpScan                 // from Cursor, look at Count entries; Keys, N examined, Cursor (0 = shard done)
-	OpKeys                 // every live key matching Pattern
+	OpThrottle  Kind = iota // CL.THROTTLE: Params in, Result/Err out
+	OpGet                   // TAT, Found
+	OpDel                   // N = 1 if a live key was removed
+	OpExists                // N = 1 if the key is live
+	OpPTTL                  // N = -2 missing, -1 no expiry, else ms left
+	OpDBSize                // N = live keys in the shard
+	OpFlush                 // remove every key of the shard
+	OpScan                  // from Cursor, look at Count entries; Keys, N examined, Cursor (0 = shard done)
+	OpKeys                  // every live key matching Pattern
+	OpSlotCount             // N = live keys in Slot (route with AddTo(ShardOfSlot))
+	OpSlotKeys              // up to Count live keys in Slot
+	OpDropSlots             // remove every key whose slot is in Ranges, from memory and disk
 
 	opSweep    // one step of the expiry sweep, run on the owner (tests)
 	opSnapshot // rewrite the shard's keys to disk (after a reopen)
@@ -44,8 +47,10 @@ type Op struct {
 	Shard  int         // shard-wide kinds: which shard
 
 	// Scan/Keys inputs.
-	Pattern []byte // glob; nil matches all
-	Count   int    // Scan: entries to look at
+	Pattern []byte   // glob; nil matches all
+	Count   int      // Scan: entries to look at; SlotKeys: keys wanted
+	Slot    int      // SlotCount, SlotKeys
+	Ranges  [][2]int // DropSlots: inclusive slot ranges
 
 	// Outputs.
 	Err    error

@@ -336,6 +336,22 @@ func (sh *shard) exec(op *Op) {
 		}
 	case OpScan:
 		sh.scan(op, nowMs)
+	case OpSlotCount:
+		op.N = 0
+		for i := uint32(0); i < sh.t.nent; i++ {
+			if e := sh.t.at(i); e.free == 0 && e.expires >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == op.Slot {
+				op.N++
+			}
+		}
+	case OpSlotKeys:
+		op.Keys = op.Keys[:0]
+		for i := uint32(0); i < sh.t.nent && len(op.Keys) < op.Count; i++ {
+			if e := sh.t.at(i); e.free == 0 && e.expires >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == op.Slot {
+				op.Keys = append(op.Keys, append([]byte(nil), sh.t.keyOf(e)...))
+			}
+		}
+	case OpDropSlots:
+		sh.dropSlots(op)
 	case opSweep:
 		sh.sweep(now)
 	case opSnapshot:
@@ -463,6 +479,38 @@ func (sh *shard) collect(op *Op, i uint32, nowMs int64) {
 		return
 	}
 	op.Keys = append(op.Keys, append([]byte(nil), k...))
+}
+
+// dropSlots removes the keys of the given slot ranges that this shard owns
+// (a cluster node lost them), from memory and from disk.
+func (sh *shard) dropSlots(op *Op) {
+	op.N = 0
+	in := func(slot int) bool {
+		for _, r := range op.Ranges {
+			if slot >= r[0] && slot <= r[1] {
+				return true
+			}
+		}
+		return false
+	}
+	for i := uint32(0); i < sh.t.nent; i++ {
+		if e := sh.t.at(i); e.free == 0 && in(cluster.KeySlot(sh.t.keyOf(e))) {
+			// The disk range delete below covers it; skip the per-key delete.
+			if e.expires != noExpiry {
+				sh.expires--
+			}
+			sh.t.remove(i)
+			op.N++
+		}
+	}
+	if sh.p != nil {
+		for _, r := range op.Ranges {
+			lo, hi := max(r[0], sh.slotLo), min(r[1]+1, sh.slotHi)
+			if lo < hi {
+				_ = sh.batch().DeleteRange(slotBound(lo), slotBound(hi), nil)
+			}
+		}
+	}
 }
 
 // floorMs converts Unix ns to Unix ms, rounding toward minus infinity.

@@ -241,9 +241,10 @@ func (s *Store) NumShards() int { return len(s.shards) }
 
 // ShardOf returns the shard that owns key: shards own contiguous ranges of
 // hash slots.
-func (s *Store) ShardOf(key []byte) int {
-	return cluster.KeySlot(key) * len(s.shards) / cluster.SlotCount
-}
+func (s *Store) ShardOf(key []byte) int { return s.ShardOfSlot(cluster.KeySlot(key)) }
+
+// ShardOfSlot returns the shard that owns a hash slot.
+func (s *Store) ShardOfSlot(slot int) int { return slot * len(s.shards) / cluster.SlotCount }
 
 // Close stops the shard goroutines after in-flight sessions finish. Later
 // Runs fail their ops with ErrClosed. Close is idempotent.

@@ -15,10 +15,12 @@ import (
 	_ "net/http/pprof" // served only with --pprof-addr
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/store"
@@ -38,6 +40,9 @@ type Config struct {
 	StopWrites bool        // answer MISCONF to writes while persisting fails
 
 	PprofAddr string // if set, serve net/http/pprof here (profiling)
+
+	ClusterMode     string // no | emulated | yes
+	ClusterAnnounce string // host:port other nodes and clients reach this node at
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -53,9 +58,11 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.BoolVar(&c.InMemory, "in-memory", false, "keep state in memory only: nothing is written to disk")
 	fsync := fs.String("fsync", "everysec", "durability: always (reply after sync), everysec (lose at most ~1 s on a crash), or no (the OS decides)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve Go's net/http/pprof profiles on this `host:port` (off by default)")
+	fs.StringVar(&c.ClusterMode, "cluster", "no", "cluster mode: no, emulated (one node owning every slot) or yes (owns what the applied topology gives it)")
+	fs.StringVar(&c.ClusterAnnounce, "cluster-announce", "", "`host:port` this node announces in cluster mode (default: --addr); its node id derives from it")
 	stopWrites := fs.String("stop-writes-on-persist-error", "no", "yes: while disk writes fail, state-changing commands answer MISCONF")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n       cellserver cluster init --nodes host:port,...\n       cellserver cluster apply FILE\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -75,6 +82,17 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	default:
 		return c, fmt.Errorf("--stop-writes-on-persist-error must be yes or no, got %q", *stopWrites)
 	}
+	switch c.ClusterMode {
+	case "no", "emulated", "yes":
+	default:
+		return c, fmt.Errorf("--cluster must be no, emulated or yes, got %q", c.ClusterMode)
+	}
+	if c.ClusterAnnounce == "" {
+		c.ClusterAnnounce = c.Addr
+	}
+	if _, _, err := cluster.ParseAddr(c.ClusterAnnounce); err != nil && c.ClusterMode != "no" {
+		return c, fmt.Errorf("--cluster-announce: %v", err)
+	}
 	switch c.EnableDebug {
 	case "no", "yes", "local":
 	default:
@@ -84,6 +102,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "cluster" {
+		os.Exit(clusterCLI(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -114,14 +135,23 @@ func run(cfg Config) error {
 			log.Error("closing the data dir", "err", err)
 		}
 	}()
-	exec := commands.New(commands.Config{
+	host, port, _ := cluster.ParseAddr(cfg.ClusterAnnounce)
+	cc := commands.ClusterConfig{Mode: cfg.ClusterMode, Host: host, Port: port}
+	if !cfg.InMemory {
+		cc.TopologyPath = filepath.Join(cfg.DataDir, "cluster-topology.json")
+	}
+	exec, err := commands.New(commands.Config{
 		RequirePass: cfg.RequirePass,
 		StopWrites:  cfg.StopWrites,
 		EnableDebug: cfg.EnableDebug,
 		Addr:        cfg.Addr,
 		Logger:      log,
 		Params:      map[string]string{"maxclients": strconv.Itoa(cfg.MaxClients)},
+		Cluster:     cc,
 	}, st)
+	if err != nil {
+		return err
+	}
 	defer exec.Close()
 	srv, err := resp.New(resp.Config{Addr: cfg.Addr, MaxClients: cfg.MaxClients, Logger: log}, exec)
 	if err != nil {

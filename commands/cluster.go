@@ -1,0 +1,481 @@
+package commands
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/store"
+)
+
+// Cluster modes.
+const (
+	ClusterNo       = "no"       // a plain server: CLUSTER is refused
+	ClusterEmulated = "emulated" // one node owning all slots, for cluster clients
+	ClusterYes      = "yes"      // owns what the pushed topology gives it
+)
+
+// ClusterConfig configures cluster mode.
+type ClusterConfig struct {
+	// Mode is ClusterNo (default), ClusterEmulated or ClusterYes.
+	Mode string
+	// Host and Port are the address this node announces; its node id is
+	// cluster.NodeID(Host, Port), the id `cellserver cluster init` assigns.
+	Host string
+	Port int
+	// TopologyPath is where an applied topology is saved (and loaded from at
+	// start); empty keeps it in memory only.
+	TopologyPath string
+}
+
+// Client-facing cluster error texts, as Redis.
+const (
+	ErrClusterDisabled = "ERR This instance has cluster support disabled"
+	ErrCrossSlot       = "CROSSSLOT Keys in request don't hash to the same slot"
+	ErrClusterDown     = "CLUSTERDOWN Hash slot not served"
+	ErrInvalidSlot     = "ERR Invalid slot"
+)
+
+// initCluster sets the node's identity and initial topology.
+func (s *Server) initCluster() error {
+	cc := &s.cfg.Cluster
+	if cc.Mode == "" {
+		cc.Mode = ClusterNo
+	}
+	if cc.Mode == ClusterNo {
+		return nil
+	}
+	s.myID = cluster.NodeID(cc.Host, cc.Port)
+	switch cc.Mode {
+	case ClusterEmulated:
+		t, err := cluster.Init([]string{(cluster.Node{Host: cc.Host, Port: cc.Port}).Addr()}, 1)
+		if err != nil {
+			return err
+		}
+		s.topo.Store(t)
+	case ClusterYes:
+		if cc.TopologyPath != "" {
+			t, err := cluster.Load(cc.TopologyPath)
+			if err != nil {
+				return fmt.Errorf("cluster: loading topology %s: %w", cc.TopologyPath, err)
+			}
+			if t != nil {
+				s.topo.Store(t)
+				if _, _, _, ok := t.Node(s.myID); !ok {
+					s.log.Warn("this node is not in the saved topology: it owns no slots", "id", s.myID)
+				}
+			}
+		}
+	default:
+		return fmt.Errorf("cluster mode must be no, emulated or yes, got %q", cc.Mode)
+	}
+	return nil
+}
+
+func (s *Server) clusterOn() bool { return s.cfg.Cluster.Mode != ClusterNo }
+
+// route checks that a keyed command's keys share one slot that this node
+// serves, returning the error reply otherwise (CROSSSLOT, MOVED, CLUSTERDOWN).
+func (s *Server) route(cmd *Command, args [][]byte) string {
+	last := cmd.LastKey
+	if last < 0 {
+		last += len(args)
+	}
+	slot := -1
+	for i := cmd.FirstKey; i <= last && i < len(args); i += cmd.Step {
+		sl := cluster.KeySlot(args[i])
+		if slot >= 0 && sl != slot {
+			return ErrCrossSlot
+		}
+		slot = sl
+	}
+	if slot < 0 || s.cfg.Cluster.Mode == ClusterEmulated {
+		return ""
+	}
+	t := s.topo.Load()
+	if t == nil {
+		return ErrClusterDown
+	}
+	sh, ok := t.Owner(slot)
+	if !ok {
+		return ErrClusterDown
+	}
+	p := t.Shards[sh].Primary
+	if p.ID == s.myID {
+		return ""
+	}
+	s.stats.moved.Add(1)
+	return "MOVED " + strconv.Itoa(slot) + " " + p.Addr()
+}
+
+func registerCluster(t Table) {
+	sub := func(name string, arity int, run func(*Client, *Out, [][]byte), summary string, flags ...string) *Command {
+		return &Command{Name: "cluster|" + name, Arity: arity, Run: run, Summary: summary, Since: "3.0.0", Flags: flags}
+	}
+	t.add(
+		&Command{Name: "cluster", Arity: -2, Group: "cluster", Summary: "A container for Redis Cluster commands.", Since: "3.0.0",
+			Subcommands: []*Command{
+				sub("slots", 2, clusterSlots, "Returns the mapping of cluster slots to nodes.", "loading", "stale"),
+				sub("shards", 2, clusterShards, "Returns the mapping of cluster slots to shards.", "loading", "stale"),
+				sub("nodes", 2, clusterNodes, "Returns the cluster configuration for a node.", "loading", "stale"),
+				sub("info", 2, clusterInfo, "Returns information about the state of a node.", "loading", "stale"),
+				sub("myid", 2, clusterMyID, "Returns the ID of a node.", "loading", "stale"),
+				sub("keyslot", 3, clusterKeySlot, "Returns the hash slot for a key.", "loading", "stale"),
+				sub("countkeysinslot", 3, clusterCountKeys, "Returns the number of keys in a hash slot.", "loading", "stale"),
+				sub("getkeysinslot", 4, clusterGetKeys, "Returns the key names in a hash slot.", "loading", "stale"),
+				sub("settopology", 3, clusterSetTopology, "cellserver: applies a versioned topology document (JSON).", "admin"),
+				sub("help", 2, clusterHelp, "Returns helpful text about the different subcommands.", "loading", "stale"),
+			}},
+		&Command{Name: "readonly", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "cluster",
+			Summary: "Enables read-only queries for a connection to a Redis Cluster replica node.", Since: "3.0.0", Run: clusterOK},
+		&Command{Name: "readwrite", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "cluster",
+			Summary: "Enables read-write queries for a connection to a Redis Cluster replica node.", Since: "3.0.0", Run: clusterOK},
+		&Command{Name: "asking", Arity: 1, Flags: []string{"fast"}, Group: "cluster",
+			Summary: "Signals that a cluster client is following an -ASK redirect.", Since: "3.0.0", Run: clusterOK},
+	)
+}
+
+// clusterGuard writes the disabled error when cluster mode is off.
+func clusterGuard(c *Client, w *Out) bool {
+	if !c.srv.clusterOn() {
+		w.WriteError(ErrClusterDisabled)
+		return false
+	}
+	return true
+}
+
+// READONLY | READWRITE | ASKING: accepted; there are no replicas or
+// migrations to redirect to yet.
+func clusterOK(c *Client, w *Out, _ [][]byte) {
+	if clusterGuard(c, w) {
+		w.WriteOK()
+	}
+}
+
+type slotRange struct {
+	lo, hi, shard int
+}
+
+// slotRanges lists the topology's ranges sorted by first slot.
+func slotRanges(t *cluster.Topology) []slotRange {
+	var out []slotRange
+	if t == nil {
+		return nil
+	}
+	start := -1
+	cur := -1
+	for slot := 0; slot <= cluster.SlotCount; slot++ {
+		sh, ok := -1, false
+		if slot < cluster.SlotCount {
+			sh, ok = t.Owner(slot)
+			if !ok {
+				sh = -1
+			}
+		}
+		if sh != cur {
+			if cur >= 0 {
+				out = append(out, slotRange{start, slot - 1, cur})
+			}
+			start, cur = slot, sh
+		}
+	}
+	return out
+}
+
+// CLUSTER SLOTS
+func clusterSlots(c *Client, w *Out, _ [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
+	t := c.srv.topo.Load()
+	rs := slotRanges(t)
+	w.WriteArray(len(rs))
+	for _, r := range rs {
+		sh := t.Shards[r.shard]
+		nodes := append([]cluster.Node{sh.Primary}, sh.Replicas...)
+		w.WriteArray(2 + len(nodes))
+		w.WriteInt(int64(r.lo))
+		w.WriteInt(int64(r.hi))
+		for _, n := range nodes {
+			w.WriteArray(4)
+			w.WriteBulkString(n.Host)
+			w.WriteInt(int64(n.Port))
+			w.WriteBulkString(n.ID)
+			w.WriteArray(0)
+		}
+	}
+}
+
+// CLUSTER SHARDS
+func clusterShards(c *Client, w *Out, _ [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
+	t := c.srv.topo.Load()
+	if t == nil {
+		w.WriteArray(0)
+		return
+	}
+	rs := slotRanges(t)
+	w.WriteArray(len(t.Shards))
+	for i, sh := range t.Shards {
+		var own []slotRange
+		for _, r := range rs {
+			if r.shard == i {
+				own = append(own, r)
+			}
+		}
+		w.WriteArray(4)
+		w.WriteBulkString("slots")
+		w.WriteArray(2 * len(own))
+		for _, r := range own {
+			w.WriteInt(int64(r.lo))
+			w.WriteInt(int64(r.hi))
+		}
+		w.WriteBulkString("nodes")
+		nodes := append([]cluster.Node{sh.Primary}, sh.Replicas...)
+		w.WriteArray(len(nodes))
+		for j, n := range nodes {
+			role := "master"
+			if j > 0 {
+				role = "replica"
+			}
+			w.WriteArray(14)
+			w.WriteBulkString("id")
+			w.WriteBulkString(n.ID)
+			w.WriteBulkString("port")
+			w.WriteInt(int64(n.Port))
+			w.WriteBulkString("ip")
+			w.WriteBulkString(n.Host)
+			w.WriteBulkString("endpoint")
+			w.WriteBulkString(n.Host)
+			w.WriteBulkString("role")
+			w.WriteBulkString(role)
+			w.WriteBulkString("replication-offset")
+			w.WriteInt(0)
+			w.WriteBulkString("health")
+			w.WriteBulkString("online")
+		}
+	}
+}
+
+// CLUSTER NODES: Redis's text format, one line per node.
+func clusterNodes(c *Client, w *Out, _ [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
+	s := c.srv
+	t := s.topo.Load()
+	var b strings.Builder
+	if t == nil {
+		// Not configured yet: only this node, owning nothing.
+		fmt.Fprintf(&b, "%s %s:%d@%d myself,master - 0 0 0 connected\n", s.myID, s.cfg.Cluster.Host, s.cfg.Cluster.Port, s.cfg.Cluster.Port+10000)
+		w.WriteBulkString(b.String())
+		return
+	}
+	rs := slotRanges(t)
+	for i, sh := range t.Shards {
+		nodes := append([]cluster.Node{sh.Primary}, sh.Replicas...)
+		for j, n := range nodes {
+			flags := "master"
+			master := "-"
+			if j > 0 {
+				flags, master = "slave", sh.Primary.ID
+			}
+			if n.ID == s.myID {
+				flags = "myself," + flags
+			}
+			fmt.Fprintf(&b, "%s %s:%d@%d %s %s 0 0 %d connected", n.ID, n.Host, n.Port, n.Port+10000, flags, master, t.Epoch)
+			if j == 0 {
+				for _, r := range rs {
+					if r.shard != i {
+						continue
+					}
+					if r.lo == r.hi {
+						fmt.Fprintf(&b, " %d", r.lo)
+					} else {
+						fmt.Fprintf(&b, " %d-%d", r.lo, r.hi)
+					}
+				}
+			}
+			b.WriteByte('\n')
+		}
+	}
+	w.WriteBulkString(b.String())
+}
+
+// CLUSTER INFO
+func clusterInfo(c *Client, w *Out, _ [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
+	t := c.srv.topo.Load()
+	assigned, nodes, size := 0, 0, 0
+	var epoch uint64
+	if t != nil {
+		assigned = t.Covered()
+		epoch = t.Epoch
+		rs := slotRanges(t)
+		withSlots := map[int]bool{}
+		for _, r := range rs {
+			withSlots[r.shard] = true
+		}
+		size = len(withSlots)
+		for _, sh := range t.Shards {
+			nodes += 1 + len(sh.Replicas)
+		}
+	}
+	state := "fail"
+	if assigned == cluster.SlotCount {
+		state = "ok"
+	}
+	var b strings.Builder
+	line := func(k string, v any) { fmt.Fprintf(&b, "%s:%v\r\n", k, v) }
+	line("cluster_state", state)
+	line("cluster_slots_assigned", assigned)
+	line("cluster_slots_ok", assigned)
+	line("cluster_slots_pfail", 0)
+	line("cluster_slots_fail", 0)
+	line("cluster_known_nodes", max(nodes, 1))
+	line("cluster_size", size)
+	line("cluster_current_epoch", epoch)
+	line("cluster_my_epoch", epoch)
+	line("cluster_stats_messages_sent", 0)
+	line("cluster_stats_messages_received", 0)
+	line("total_cluster_links_buffer_limit_exceeded", 0)
+	w.WriteBulkString(b.String())
+}
+
+// CLUSTER MYID
+func clusterMyID(c *Client, w *Out, _ [][]byte) {
+	if clusterGuard(c, w) {
+		w.WriteBulkString(c.srv.myID)
+	}
+}
+
+// CLUSTER KEYSLOT key
+func clusterKeySlot(c *Client, w *Out, args [][]byte) {
+	if clusterGuard(c, w) {
+		w.WriteInt(int64(cluster.KeySlot(args[2])))
+	}
+}
+
+func parseSlot(b []byte) (int, bool) {
+	n, ok := parseI64(b)
+	if !ok || n < 0 || n >= cluster.SlotCount {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// CLUSTER COUNTKEYSINSLOT slot
+func clusterCountKeys(c *Client, w *Out, args [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
+	slot, ok := parseSlot(args[2])
+	if !ok {
+		w.WriteError(ErrInvalidSlot)
+		return
+	}
+	op := c.NewOp()
+	op.Kind, op.Slot = store.OpSlotCount, slot
+	c.QueueTo(c.srv.st.ShardOfSlot(slot), op)
+	c.sess.Run()
+	c.nops = 0
+	w.WriteInt(op.N)
+}
+
+// CLUSTER GETKEYSINSLOT slot count
+func clusterGetKeys(c *Client, w *Out, args [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
+	slot, ok := parseSlot(args[2])
+	if !ok {
+		w.WriteError(ErrInvalidSlot)
+		return
+	}
+	n, ok := parseI64(args[3])
+	if !ok || n < 0 {
+		w.WriteError("ERR Invalid number of keys")
+		return
+	}
+	op := c.NewOp()
+	op.Kind, op.Slot, op.Count = store.OpSlotKeys, slot, int(min(n, 1<<30))
+	c.QueueTo(c.srv.st.ShardOfSlot(slot), op)
+	c.sess.Run()
+	c.nops = 0
+	w.WriteArray(len(op.Keys))
+	for _, k := range op.Keys {
+		w.WriteBulk(k)
+	}
+	op.Keys = nil
+}
+
+// CLUSTER SETTOPOLOGY <json>: validates the document, refuses an epoch that
+// is not newer, saves it, switches to it atomically, then drops the keys of
+// slots this node no longer owns.
+func clusterSetTopology(c *Client, w *Out, args [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
+	s := c.srv
+	if s.cfg.Cluster.Mode != ClusterYes {
+		w.WriteError("ERR CLUSTER SETTOPOLOGY needs --cluster yes (this node is emulating a one-node cluster)")
+		return
+	}
+	t, err := cluster.Parse(args[2])
+	if err != nil {
+		w.WriteError("ERR invalid topology: " + err.Error())
+		return
+	}
+	s.topoMu.Lock()
+	defer s.topoMu.Unlock()
+	old := s.topo.Load()
+	if old != nil && t.Epoch <= old.Epoch {
+		w.WriteError(fmt.Sprintf("ERR topology epoch %d is not newer than the current epoch %d", t.Epoch, old.Epoch))
+		return
+	}
+	if s.cfg.Cluster.TopologyPath != "" {
+		if err := t.Save(s.cfg.Cluster.TopologyPath); err != nil {
+			w.WriteError("ERR cannot save topology: " + err.Error())
+			return
+		}
+	}
+	s.topo.Store(t)
+	lost, gained := old.Moves(t, s.myID)
+	s.log.Info("cluster topology applied", "epoch", t.Epoch, "owned_slots", cluster.Ranges(t.SlotsOf(s.myID)).String(),
+		"lost", cluster.Ranges(lost).String(), "gained", cluster.Ranges(gained).String())
+	if len(lost) > 0 {
+		ops := c.everyShard(store.OpDropSlots, func(op *store.Op) { op.Ranges = lost })
+		var n int64
+		for _, op := range ops {
+			n += op.N
+		}
+		s.log.Info("dropped keys of slots moved away", "keys", n)
+	}
+	w.WriteOK()
+}
+
+// CLUSTER HELP
+func clusterHelp(_ *Client, w *Out, _ [][]byte) {
+	lines := []string{
+		"CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"COUNTKEYSINSLOT <slot>", "    Return the number of keys in <slot>.",
+		"GETKEYSINSLOT <slot> <count>", "    Return key names stored by current node in a slot.",
+		"INFO", "    Return information about the cluster.",
+		"KEYSLOT <key>", "    Return the hash slot for <key>.",
+		"MYID", "    Return the node id.",
+		"NODES", "    Return cluster configuration seen by node.",
+		"SETTOPOLOGY <json>", "    Apply a topology document whose epoch is newer than the current one.",
+		"SHARDS", "    Return information about slot range mappings and the nodes associated with them.",
+		"SLOTS", "    Return information about slots range mappings.",
+		"HELP", "    Print this help.",
+	}
+	w.WriteArray(len(lines))
+	for _, l := range lines {
+		w.WriteString(l)
+	}
+}
