@@ -1,9 +1,13 @@
 package commands
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/store"
@@ -125,6 +129,7 @@ func registerCluster(t Table) {
 				sub("countkeysinslot", 3, clusterCountKeys, "Returns the number of keys in a hash slot.", "loading", "stale"),
 				sub("getkeysinslot", 4, clusterGetKeys, "Returns the key names in a hash slot.", "loading", "stale"),
 				sub("settopology", 3, clusterSetTopology, "cellserver: applies a versioned topology document (JSON).", "admin"),
+				sub("importstate", -5, clusterImportState, "cellserver: merges limiter state of keys moved from another node.", "admin", "write"),
 				sub("help", 2, clusterHelp, "Returns helpful text about the different subcommands.", "loading", "stale"),
 			}},
 		&Command{Name: "readonly", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "cluster",
@@ -449,14 +454,108 @@ func clusterSetTopology(c *Client, w *Out, args [][]byte) {
 	s.log.Info("cluster topology applied", "epoch", t.Epoch, "owned_slots", cluster.Ranges(t.SlotsOf(s.myID)).String(),
 		"lost", cluster.Ranges(lost).String(), "gained", cluster.Ranges(gained).String())
 	if len(lost) > 0 {
-		ops := c.everyShard(store.OpDropSlots, func(op *store.Op) { op.Ranges = lost })
+		var moving []store.Entry
+		for _, op := range c.everyShard(store.OpDumpSlots, func(op *store.Op) { op.Ranges = lost }) {
+			moving = append(moving, op.Entries...)
+			op.Entries = nil
+		}
 		var n int64
-		for _, op := range ops {
+		for _, op := range c.everyShard(store.OpDropSlots, func(op *store.Op) { op.Ranges = lost }) {
 			n += op.N
 		}
 		s.log.Info("dropped keys of slots moved away", "keys", n)
+		if len(moving) > 0 {
+			go s.transfer(t, moving)
+		}
 	}
 	w.WriteOK()
+}
+
+// importChunk is how many keys one CLUSTER IMPORTSTATE carries.
+const importChunk = 1000
+
+// transfer sends the state of keys whose slots moved away to their new
+// owners, so clients get no fresh burst there. Each owner merges it keeping
+// the more restrictive state (CLUSTER IMPORTSTATE).
+func (s *Server) transfer(t *cluster.Topology, entries []store.Entry) {
+	byNode := map[string][]store.Entry{}
+	for _, e := range entries {
+		sh, ok := t.Owner(cluster.KeySlot(e.Key))
+		if !ok || t.Shards[sh].Primary.ID == s.myID {
+			continue
+		}
+		addr := t.Shards[sh].Primary.Addr()
+		byNode[addr] = append(byNode[addr], e)
+	}
+	for addr, list := range byNode {
+		err := s.pushState(addr, list)
+		if err != nil {
+			s.log.Error("cluster: moving key state to the new owner failed; those keys start fresh there", "node", addr, "keys", len(list), "err", err)
+			continue
+		}
+		s.log.Info("cluster: moved key state to the new owner", "node", addr, "keys", len(list))
+	}
+}
+
+func (s *Server) pushState(addr string, list []store.Entry) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: s.cfg.RequirePass, Protocol: 2,
+		DisableIdentity: true, MaxRetries: 3, DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, PoolSize: 1})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for len(list) > 0 {
+		n := min(len(list), importChunk)
+		args := make([]any, 0, 2+3*n)
+		args = append(args, "CLUSTER", "IMPORTSTATE")
+		for _, e := range list[:n] {
+			args = append(args, e.Key, strconv.FormatUint(e.TAT, 10), strconv.FormatInt(e.Expires, 10))
+		}
+		if err := rdb.Do(ctx, args...).Err(); err != nil {
+			return err
+		}
+		list = list[n:]
+	}
+	return nil
+}
+
+// CLUSTER IMPORTSTATE key tat expire_ms [key tat expire_ms ...]: merges
+// limiter state moved from another node. A key is taken unless this node
+// holds a later TAT for it (the more restrictive state wins). Replies the
+// number of keys taken.
+func clusterImportState(c *Client, w *Out, args [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
+	rest := args[2:]
+	if len(rest)%3 != 0 {
+		w.WriteError(wrongArity("cluster|importstate"))
+		return
+	}
+	tats := make([]uint64, 0, len(rest)/3)
+	exps := make([]int64, 0, len(rest)/3)
+	for i := 0; i < len(rest); i += 3 {
+		tat, err1 := strconv.ParseUint(string(rest[i+1]), 10, 64)
+		exp, err2 := strconv.ParseInt(string(rest[i+2]), 10, 64)
+		if err1 != nil || err2 != nil {
+			w.WriteError(ErrNotInteger)
+			return
+		}
+		tats, exps = append(tats, tat), append(exps, exp)
+	}
+	ops := make([]*store.Op, 0, len(tats))
+	for i := range tats {
+		op := c.NewOp()
+		op.Kind, op.Key, op.TAT, op.Expires = store.OpImport, rest[3*i], tats[i], exps[i]
+		c.Queue(op)
+		ops = append(ops, op)
+	}
+	c.sess.Run()
+	c.nops = 0
+	var n int64
+	for _, op := range ops {
+		n += op.N
+	}
+	w.WriteInt(n)
 }
 
 // CLUSTER HELP
@@ -470,6 +569,7 @@ func clusterHelp(_ *Client, w *Out, _ [][]byte) {
 		"MYID", "    Return the node id.",
 		"NODES", "    Return cluster configuration seen by node.",
 		"SETTOPOLOGY <json>", "    Apply a topology document whose epoch is newer than the current one.",
+		"IMPORTSTATE <key> <tat> <expire-ms> [...]", "    Merge limiter state moved from another node (the more restrictive state wins).",
 		"SHARDS", "    Return information about slot range mappings and the nodes associated with them.",
 		"SLOTS", "    Return information about slots range mappings.",
 		"HELP", "    Print this help.",

@@ -24,6 +24,8 @@ const (
 	OpSlotCount             // N = live keys in Slot (route with AddTo(ShardOfSlot))
 	OpSlotKeys              // up to Count live keys in Slot
 	OpDropSlots             // remove every key whose slot is in Ranges, from memory and disk
+	OpDumpSlots             // Entries = every live key whose slot is in Ranges
+	OpImport                // merge Key = (TAT, Expires): kept if absent or its TAT is older; N = 1 if applied
 
 	opSweep    // one step of the expiry sweep, run on the owner (tests)
 	opSnapshot // rewrite the shard's keys to disk (after a reopen)
@@ -53,16 +55,28 @@ type Op struct {
 	Ranges  [][2]int // DropSlots: inclusive slot ranges
 
 	// Outputs.
-	Err    error
-	Result gcra.Result // OpThrottle
-	TAT    uint64      // OpGet
-	Found  bool        // OpGet
-	N      int64
-	Cursor uint64   // OpScan: in and out
-	Keys   [][]byte // OpScan, OpKeys: copies, safe to keep
+	Err     error
+	Result  gcra.Result // OpThrottle
+	TAT     uint64      // OpGet; OpImport input
+	Expires int64       // OpImport input: expiry in Unix ms (math.MaxInt64: none)
+	Found   bool        // OpGet
+	N       int64
+	Cursor  uint64   // OpScan: in and out
+	Keys    [][]byte // OpScan, OpKeys: copies, safe to keep
+	Entries []Entry  // OpDumpSlots
 
 	hash uint64 // Key's table hash, computed by the shard's warm pass
 }
 
+// Entry is one key's limiter state, as moved between cluster nodes.
+type Entry struct {
+	Key     []byte
+	TAT     uint64
+	Expires int64 // Unix ms; NoExpiry for none
+}
+
+// NoExpiry is Entry.Expires for a key without a TTL.
+const NoExpiry = noExpiry
+
 // keyed reports whether the op names one key.
-func (op *Op) keyed() bool { return op.Kind <= OpPTTL }
+func (op *Op) keyed() bool { return op.Kind <= OpPTTL || op.Kind == OpImport }

@@ -352,6 +352,28 @@ func (sh *shard) exec(op *Op) {
 		}
 	case OpDropSlots:
 		sh.dropSlots(op)
+	case OpDumpSlots:
+		op.Entries = op.Entries[:0]
+		for i := uint32(0); i < sh.t.nent; i++ {
+			if e := sh.t.at(i); e.free == 0 && e.expires >= nowMs && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
+				op.Entries = append(op.Entries, Entry{Key: append([]byte(nil), sh.t.keyOf(e)...), TAT: e.tat, Expires: e.expires})
+			}
+		}
+	case OpImport:
+		op.N = 0
+		if op.Expires < nowMs {
+			break
+		}
+		ei := sh.lookup(op, nowMs)
+		if ei >= 0 && sh.t.at(uint32(ei)).tat >= op.TAT {
+			break // the local state is at least as restrictive
+		}
+		if ei < 0 {
+			ei = int64(sh.t.insertHash(op.Key, op.hash))
+		}
+		sh.set(uint32(ei), op.TAT, op.Expires)
+		sh.markDirty(uint32(ei))
+		op.N = 1
 	case opSweep:
 		sh.sweep(now)
 	case opSnapshot:
@@ -485,16 +507,8 @@ func (sh *shard) collect(op *Op, i uint32, nowMs int64) {
 // (a cluster node lost them), from memory and from disk.
 func (sh *shard) dropSlots(op *Op) {
 	op.N = 0
-	in := func(slot int) bool {
-		for _, r := range op.Ranges {
-			if slot >= r[0] && slot <= r[1] {
-				return true
-			}
-		}
-		return false
-	}
 	for i := uint32(0); i < sh.t.nent; i++ {
-		if e := sh.t.at(i); e.free == 0 && in(cluster.KeySlot(sh.t.keyOf(e))) {
+		if e := sh.t.at(i); e.free == 0 && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
 			// The disk range delete below covers it; skip the per-key delete.
 			if e.expires != noExpiry {
 				sh.expires--
@@ -511,6 +525,15 @@ func (sh *shard) dropSlots(op *Op) {
 			}
 		}
 	}
+}
+
+func inRanges(slot int, ranges [][2]int) bool {
+	for _, r := range ranges {
+		if slot >= r[0] && slot <= r[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // floorMs converts Unix ns to Unix ms, rounding toward minus infinity.
