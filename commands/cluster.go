@@ -367,7 +367,7 @@ func clusterKeySlot(c *Client, w *Out, args [][]byte) {
 }
 
 func parseSlot(b []byte) (int, bool) {
-	n, ok := parseI64(b)
+	n, ok := parseRedisInt(b)
 	if !ok || n < 0 || n >= cluster.SlotCount {
 		return 0, false
 	}
@@ -402,7 +402,7 @@ func clusterGetKeys(c *Client, w *Out, args [][]byte) {
 		w.WriteError(ErrInvalidSlot)
 		return
 	}
-	n, ok := parseI64(args[3])
+	n, ok := parseRedisInt(args[3])
 	if !ok || n < 0 {
 		w.WriteError("ERR Invalid number of keys")
 		return

@@ -60,7 +60,7 @@ func quitCmd(c *Client, w *Out, _ [][]byte) {
 
 // SELECT index
 func selectCmd(_ *Client, w *Out, args [][]byte) {
-	n, ok := parseI64(args[1])
+	n, ok := parseRedisInt(args[1])
 	if !ok || n < -2147483648 || n > 2147483647 {
 		w.WriteError(ErrNotInteger)
 		return
@@ -105,7 +105,7 @@ func authCmd(c *Client, w *Out, args [][]byte) {
 // HELLO [protover [AUTH username password] [SETNAME clientname]]
 func helloCmd(c *Client, w *Out, args [][]byte) {
 	if len(args) >= 2 {
-		ver, ok := parseI64(args[1])
+		ver, ok := parseRedisInt(args[1])
 		if !ok {
 			w.WriteError(ErrProtoNotInt)
 			return

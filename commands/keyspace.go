@@ -170,7 +170,7 @@ func scanCmd(c *Client, w *Out, args [][]byte) {
 		case "match":
 			pat = globPattern(args[i+1])
 		case "count":
-			n, ok := parseI64(args[i+1])
+			n, ok := parseRedisInt(args[i+1])
 			if !ok {
 				w.WriteError(ErrNotInteger)
 				return

@@ -292,7 +292,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.errSlot(unknownCommand(args))
 		return
 	}
-	if cmd.Run == nil && cmd.Queue == nil && len(cmd.Subcommands) > 0 {
+	// A container dispatches to its subcommand; one that also runs bare
+	// (COMMAND) does so only without arguments.
+	if len(cmd.Subcommands) > 0 && (cmd.Run == nil || len(args) >= 2) {
 		if len(args) < 2 {
 			c.errSlot(wrongArity(cmd.Name))
 			return

@@ -150,7 +150,7 @@ func writeCommandInfo(w *Out, c *Command) {
 	}
 }
 
-func writeCommandDocs(w *Out, c *Command) {
+func writeCommandDocs(w *Out, c *Command, group string) {
 	n := 6
 	if len(c.Subcommands) > 0 {
 		n += 2
@@ -161,9 +161,8 @@ func writeCommandDocs(w *Out, c *Command) {
 	w.WriteBulkString("since")
 	w.WriteBulkString(c.Since)
 	w.WriteBulkString("group")
-	group := c.Group
-	if group == "" {
-		group = "server"
+	if c.Group != "" {
+		group = c.Group
 	}
 	w.WriteBulkString(group)
 	if len(c.Subcommands) > 0 {
@@ -171,8 +170,7 @@ func writeCommandDocs(w *Out, c *Command) {
 		w.WriteArray(2 * len(c.Subcommands))
 		for _, s := range c.Subcommands {
 			w.WriteBulkString(s.Name)
-			s.Group = group
-			writeCommandDocs(w, s)
+			writeCommandDocs(w, s, group)
 		}
 	}
 }
@@ -233,7 +231,7 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 		w.WriteArray(2 * len(list))
 		for _, cmd := range list {
 			w.WriteBulkString(cmd.Name)
-			writeCommandDocs(w, cmd)
+			writeCommandDocs(w, cmd, "server")
 		}
 	case "getkeys":
 		cmd := s.table.Lookup(args[2])
@@ -358,7 +356,7 @@ func debugCmd(c *Client, w *Out, args [][]byte) {
 	case op == "real" && len(args) == 3:
 		clk.Real()
 	case (op == "set" || op == "advance") && len(args) == 4:
-		n, ok := parseI64(args[3])
+		n, ok := parseRedisInt(args[3])
 		if !ok {
 			w.WriteError(ErrNotInteger)
 			return

@@ -111,3 +111,22 @@ func parseI64(b []byte) (int64, bool) {
 	}
 	return -n, true
 }
+
+// parseRedisInt parses an integer argument the way Redis does (string2ll):
+// an optional '-', no '+', no leading zeros ("0" itself is fine), no spaces.
+func parseRedisInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	if len(b) == 1 && b[0] == '0' {
+		return 0, true
+	}
+	digits := b
+	if digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || digits[0] < '1' || digits[0] > '9' {
+		return 0, false
+	}
+	return parseI64(b)
+}

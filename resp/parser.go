@@ -83,7 +83,7 @@ func (p *parser) next(b []byte, authed bool) (int, error) {
 		}
 		if b[pos] != '$' {
 			p.args = p.args[:mark]
-			return 0, &ProtocolError{"expected '$', got '" + string(b[pos]) + "'"}
+			return 0, &ProtocolError{"expected '$', got '" + string(b[pos:pos+1]) + "'"}
 		}
 		cr := bytes.IndexByte(b[pos:], '\r')
 		if cr < 0 {

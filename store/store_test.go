@@ -180,16 +180,29 @@ func (s *Store) sweepAll() {
 }
 
 func TestSweepTicker(t *testing.T) {
+	clk := &Clock{} // the wall clock: the ticker sweeps only an unfrozen clock
+	st, err := New(Config{Shards: 2, Clock: clk, SweepInterval: time.Millisecond})
+	require.NoError(t, err)
+	defer st.Close()
+	for i := 0; i < 1000; i++ {
+		run(st, throttleOp(fmt.Sprint("k", i), 0, 1, 1, 1)) // 1 s TTL
+	}
+	require.Eventually(t, func() bool { return st.Stats().Keys == 0 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, int64(1000), st.Stats().ExpiredKeys)
+}
+
+func TestSweepTickerIdleWhileClockFrozen(t *testing.T) {
 	clk := &Clock{}
 	clk.Set(t0)
 	st, err := New(Config{Shards: 2, Clock: clk, SweepInterval: time.Millisecond})
 	require.NoError(t, err)
 	defer st.Close()
-	for i := 0; i < 1000; i++ {
-		run(st, throttleOp(fmt.Sprint("k", i), 0, 1, 1, 1))
-	}
+	run(st, throttleOp("k", 0, 1, 1, 1))
 	clk.Set(t0 + 5e9)
-	require.Eventually(t, func() bool { return st.Stats().Keys == 0 }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // many ticks
+	clk.Set(t0)
+	_, ok, _ := state(st, "k")
+	assert.True(t, ok, "a key must not be swept at a frozen instant the test later leaves")
 }
 
 func TestConcurrentSessionsOneKey(t *testing.T) {

@@ -40,9 +40,17 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binPath = filepath.Join(dir, "cellserver")
-	cmd := exec.Command("go", "build", "-o", binPath, "./cmd/cellserver")
+	args := []string{"build", "-o", binPath}
+	env := append(os.Environ(), "CGO_ENABLED=0")
+	// CELLSERVER_E2E_RACE=1 builds the server with the race detector (needs
+	// cgo), so the e2e load also hunts data races inside the server.
+	if os.Getenv("CELLSERVER_E2E_RACE") == "1" {
+		args = append(args, "-race")
+		env = append(os.Environ(), "CGO_ENABLED=1")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/cellserver")...)
 	cmd.Dir = ".."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: BUILD OF ./cmd/cellserver FAILED: %v\n%s\n", err, out)
 		return 1
@@ -84,13 +92,13 @@ func (l *lockedBuffer) String() string {
 
 // server is one running cellserver process.
 type server struct {
-	t      testing.TB
-	Addr   string
-	Port   int
-	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	exited chan struct{} // closed when the process has exited
-	waitErr error        // valid after exited is closed
+	t       testing.TB
+	Addr    string
+	Port    int
+	cmd     *exec.Cmd
+	stderr  *lockedBuffer
+	exited  chan struct{} // closed when the process has exited
+	waitErr error         // valid after exited is closed
 
 	stopOnce sync.Once
 	exitCode int
@@ -110,9 +118,21 @@ func freePort(t testing.TB) int {
 // waits until it answers. The process is stopped with SIGTERM at cleanup.
 func startServer(t testing.TB, extraArgs ...string) *server {
 	t.Helper()
+	return startServerOn(t, "127.0.0.1", extraArgs...)
+}
+
+// startServerOn is startServer listening on bindHost (e.g. "0.0.0.0"); Addr
+// is still the loopback address.
+func startServerOn(t testing.TB, bindHost string, extraArgs ...string) *server {
+	t.Helper()
+	// Every server gets its own data dir unless told otherwise: the default
+	// ("cellserver-data" in the working directory) would be shared.
+	if !hasFlag(extraArgs, "--data-dir") && !hasFlag(extraArgs, "--in-memory") {
+		extraArgs = append([]string{"--data-dir", t.TempDir()}, extraArgs...)
+	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		s, err := tryStartServer(t, extraArgs)
+		s, err := tryStartServer(t, bindHost, extraArgs)
 		if err == nil {
 			return s
 		}
@@ -122,11 +142,20 @@ func startServer(t testing.TB, extraArgs ...string) *server {
 	return nil
 }
 
-func tryStartServer(t testing.TB, extraArgs []string) (*server, error) {
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+func tryStartServer(t testing.TB, bindHost string, extraArgs []string) (*server, error) {
 	port := freePort(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s := &server{t: t, Addr: addr, Port: port, stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	args := append([]string{"--addr", addr}, extraArgs...)
+	args := append([]string{"--addr", net.JoinHostPort(bindHost, strconv.Itoa(port))}, extraArgs...)
 	s.cmd = exec.Command(binPath, args...)
 	s.cmd.Stderr = s.stderr
 	s.cmd.Stdout = s.stderr
@@ -156,6 +185,13 @@ func tryStartServer(t testing.TB, extraArgs []string) (*server, error) {
 	}
 	t.Cleanup(func() {
 		code := s.Stop()
+		if code != 0 {
+			// A crash, or a race report from a CELLSERVER_E2E_RACE build.
+			t.Errorf("cellserver %s exited with status %d after SIGTERM, want 0", addr, code)
+		}
+		if out := s.Output(); strings.Contains(out, "WARNING: DATA RACE") || strings.Contains(out, "panic") {
+			t.Errorf("cellserver %s logged a data race or a (recovered) panic; see its output", addr)
+		}
 		if t.Failed() {
 			t.Logf("cellserver %s (exit %d) output:\n%s", addr, code, s.stderr.String())
 		}
@@ -229,7 +265,7 @@ func (s *server) Raw(t testing.TB) *rawConn {
 	nc, err := net.DialTimeout("tcp", s.Addr, 5*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = nc.Close() })
-	return &rawConn{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64*1024)}
+	return &rawConn{t: t, nc: nc, r: newReader(nc)}
 }
 
 // Send writes b as is.
@@ -243,7 +279,7 @@ func (c *rawConn) Send(b []byte) {
 // ReadReply reads one whole RESP2 reply and returns its exact bytes.
 func (c *rawConn) ReadReply() []byte {
 	c.t.Helper()
-	require.NoError(c.t, c.nc.SetReadDeadline(time.Now().Add(30*time.Second)))
+	require.NoError(c.t, c.nc.SetReadDeadline(time.Now().Add(10*time.Second)))
 	var buf bytes.Buffer
 	require.NoError(c.t, readRESP(c.r, &buf), "reading reply (got so far %q)", clip(buf.Bytes()))
 	return buf.Bytes()
@@ -364,3 +400,5 @@ func TestHarnessStartsServer(t *testing.T) {
 	rdb := s.Client(t)
 	require.Equal(t, "PONG", rdb.Ping(ctxT(t, 10*time.Second)).Val())
 }
+
+func newReader(nc net.Conn) *bufio.Reader { return bufio.NewReaderSize(nc, 64*1024) }
