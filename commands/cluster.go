@@ -420,8 +420,8 @@ func clusterGetKeys(c *Client, w *Out, args [][]byte) {
 }
 
 // CLUSTER SETTOPOLOGY <json>: validates the document, refuses an epoch that
-// is not newer, saves it, switches to it atomically, then drops the keys of
-// slots this node no longer owns.
+// is not newer, saves it, switches to it atomically, then sends the state of
+// keys in slots this node no longer owns to their new owners and drops them.
 func clusterSetTopology(c *Client, w *Out, args [][]byte) {
 	if !clusterGuard(c, w) {
 		return
@@ -464,8 +464,10 @@ func clusterSetTopology(c *Client, w *Out, args [][]byte) {
 			n += op.N
 		}
 		s.log.Info("dropped keys of slots moved away", "keys", n)
+		// Hand the state over before acknowledging, so that once every node
+		// has answered OK no moved key starts fresh on its new owner.
 		if len(moving) > 0 {
-			go s.transfer(t, moving)
+			s.transfer(t, moving)
 		}
 	}
 	w.WriteOK()
