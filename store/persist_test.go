@@ -253,3 +253,21 @@ func dirSize(t *testing.T, dir string) uint64 {
 	}
 	return n
 }
+
+// TestLimitedCallsAndPeeksWriteNothing: only state changes reach the disk.
+func TestLimitedCallsAndPeeksWriteNothing(t *testing.T) {
+	st := openPersistent(t, t.TempDir(), FsyncAlways, wallClock(), nil)
+	defer st.Close()
+	run(st, throttleOp("k", 0, 1, 3600, 1)) // allowed: one change
+	require.Eventually(t, func() bool { return st.PersistStats().Changes == 1 }, 5*time.Second, 5*time.Millisecond)
+	for i := 0; i < 10; i++ {
+		limited := throttleOp("k", 0, 1, 3600, 1)
+		peek := throttleOp("k", 0, 1, 3600, 0)
+		run(st, limited, peek)
+		require.True(t, limited.Result.Limited)
+		require.False(t, peek.Result.Limited)
+	}
+	run(st, throttleOp("other", 0, 1, 3600, 1))
+	require.Eventually(t, func() bool { return st.PersistStats().Changes == 2 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, int64(2), st.PersistStats().Commits)
+}

@@ -402,12 +402,14 @@ func (sh *shard) throttle(op *Op, now, nowMs int64) {
 	if err != nil || !res.Write {
 		return
 	}
-	if ei < 0 {
-		ei = int64(sh.t.insertHash(op.Key, op.hash))
-	}
 	exp := int64(noExpiry)
 	if res.Expiry == gcra.ExpireAfter {
 		exp = nowMs + res.TTLMillis
+	}
+	if ei < 0 {
+		ei = int64(sh.t.insertHash(op.Key, op.hash))
+	} else if e := sh.t.at(uint32(ei)); e.tat == res.NewTAT && e.expires == exp {
+		return // a peek that rewrites the same state: nothing to write to disk
 	}
 	sh.set(uint32(ei), res.NewTAT, exp)
 	sh.markDirty(uint32(ei))
