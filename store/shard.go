@@ -92,7 +92,7 @@ func (sh *shard) warm(ops []*Op) {
 			}
 			if v := t.idx[op.hash&mask]; v > idxTomb {
 				e := t.at(uint32(v) - 2)
-				sink += uint64(e.klen)
+				sink += e.meta
 			}
 		}
 		for _, op := range ops {
@@ -100,7 +100,7 @@ func (sh *shard) warm(ops []*Op) {
 				continue
 			}
 			if v := t.idx[op.hash&mask]; v > idxTomb {
-				if e := t.at(uint32(v) - 2); e.klen > 0 && e.free == 0 {
+				if e := t.at(uint32(v) - 2); e.keyLen() > 0 && !e.isFree() {
 					sink += uint64(t.keyOf(e)[0])
 				}
 			}
@@ -178,8 +178,8 @@ func (sh *shard) writeDirty() {
 	items := sh.dirtyItems[:0]
 	for _, ei := range sh.dirty {
 		e := sh.t.at(ei)
-		if e.free == 0 && e.dirty == 1 {
-			e.dirty = 0
+		if !e.isFree() && e.isDirty() {
+			e.setDirty(false)
 			items = append(items, dirtyItem{uint16(cluster.KeySlot(sh.t.keyOf(e))), ei})
 		}
 	}
@@ -193,7 +193,7 @@ func (sh *shard) writeDirty() {
 	for _, it := range items {
 		e := sh.t.at(it.ei)
 		sh.keyBuf = encodeKey(sh.keyBuf, int(it.slot), sh.t.keyOf(e))
-		_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.expires), nil)
+		_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.exp()), nil)
 	}
 	sh.dirty = sh.dirty[:0]
 	if cap(sh.dirty) > 1<<16 && len(items) < cap(sh.dirty)/4 {
@@ -247,11 +247,11 @@ func (sh *shard) snapshot() {
 	_ = b.DeleteRange(slotBound(sh.slotLo), slotBound(sh.slotHi), nil)
 	sh.dirty = sh.dirty[:0]
 	for i := uint32(0); i < sh.t.nent; i++ {
-		if e := sh.t.at(i); e.free == 0 {
-			e.dirty = 0
+		if e := sh.t.at(i); !e.isFree() {
+			e.setDirty(false)
 			key := sh.t.keyOf(e)
 			sh.keyBuf = encodeKey(sh.keyBuf, cluster.KeySlot(key), key)
-			_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.expires), nil)
+			_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.exp()), nil)
 		}
 	}
 	sh.snap = true
@@ -270,8 +270,8 @@ func (sh *shard) markDirty(ei uint32) {
 	if sh.p == nil {
 		return
 	}
-	if e := sh.t.at(ei); e.dirty == 0 {
-		e.dirty = 1
+	if e := sh.t.at(ei); !e.isDirty() {
+		e.setDirty(true)
 		sh.dirty = append(sh.dirty, ei)
 	}
 }
@@ -325,10 +325,10 @@ func (sh *shard) exec(op *Op) {
 		switch {
 		case ei < 0:
 			op.N = -2
-		case sh.t.at(uint32(ei)).expires == noExpiry:
+		case sh.t.at(uint32(ei)).exp() == noExpiry:
 			op.N = -1
 		default:
-			op.N = sh.t.at(uint32(ei)).expires - nowMs
+			op.N = sh.t.at(uint32(ei)).exp() - nowMs
 		}
 	case OpDBSize:
 		op.N = int64(sh.t.len())
@@ -344,14 +344,14 @@ func (sh *shard) exec(op *Op) {
 	case OpSlotCount:
 		op.N = 0
 		for i := uint32(0); i < sh.t.nent; i++ {
-			if e := sh.t.at(i); e.free == 0 && e.expires >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == op.Slot {
+			if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == op.Slot {
 				op.N++
 			}
 		}
 	case OpSlotKeys:
 		op.Keys = op.Keys[:0]
 		for i := uint32(0); i < sh.t.nent && len(op.Keys) < op.Count; i++ {
-			if e := sh.t.at(i); e.free == 0 && e.expires >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == op.Slot {
+			if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == op.Slot {
 				op.Keys = append(op.Keys, append([]byte(nil), sh.t.keyOf(e)...))
 			}
 		}
@@ -360,8 +360,8 @@ func (sh *shard) exec(op *Op) {
 	case OpDumpSlots:
 		op.Entries = op.Entries[:0]
 		for i := uint32(0); i < sh.t.nent; i++ {
-			if e := sh.t.at(i); e.free == 0 && e.expires >= nowMs && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
-				op.Entries = append(op.Entries, Entry{Key: append([]byte(nil), sh.t.keyOf(e)...), TAT: e.tat, Expires: e.expires})
+			if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
+				op.Entries = append(op.Entries, Entry{Key: append([]byte(nil), sh.t.keyOf(e)...), TAT: e.tat, Expires: e.exp()})
 			}
 		}
 	case OpImport:
@@ -408,7 +408,7 @@ func (sh *shard) throttle(op *Op, now, nowMs int64) {
 	}
 	if ei < 0 {
 		ei = int64(sh.t.insertHash(op.Key, op.hash))
-	} else if e := sh.t.at(uint32(ei)); e.tat == res.NewTAT && e.expires == exp {
+	} else if e := sh.t.at(uint32(ei)); e.tat == res.NewTAT && e.exp() == exp {
 		return // a peek that rewrites the same state: nothing to write to disk
 	}
 	sh.set(uint32(ei), res.NewTAT, exp)
@@ -417,11 +417,11 @@ func (sh *shard) throttle(op *Op, now, nowMs int64) {
 
 func (sh *shard) set(ei uint32, tat uint64, exp int64) {
 	e := sh.t.at(ei)
-	if e.expires != noExpiry {
+	if e.exp() != noExpiry {
 		sh.expires--
 	}
 	e.tat = tat
-	e.expires = exp
+	e.setExp(exp)
 	if exp != noExpiry {
 		sh.expires++
 	}
@@ -434,7 +434,7 @@ func (sh *shard) lookup(op *Op, nowMs int64) int64 {
 	if ei < 0 {
 		return -1
 	}
-	if sh.t.at(uint32(ei)).expires < nowMs {
+	if sh.t.at(uint32(ei)).exp() < nowMs {
 		sh.remove(uint32(ei))
 		sh.expired.Add(1)
 		return -1
@@ -445,7 +445,7 @@ func (sh *shard) lookup(op *Op, nowMs int64) int64 {
 // remove deletes a key from memory and from disk.
 func (sh *shard) remove(ei uint32) {
 	e := sh.t.at(ei)
-	if e.expires != noExpiry {
+	if e.exp() != noExpiry {
 		sh.expires--
 	}
 	sh.recordDelete(sh.t.keyOf(e))
@@ -470,7 +470,7 @@ func (sh *shard) sweep(now int64) {
 			sh.sweepPos = 0
 		}
 		e := sh.t.at(sh.sweepPos)
-		if e.free == 0 && e.expires < nowMs {
+		if !e.isFree() && e.exp() < nowMs {
 			sh.remove(sh.sweepPos)
 			sh.expired.Add(1)
 		}
@@ -500,7 +500,7 @@ func (sh *shard) scan(op *Op, nowMs int64) {
 
 func (sh *shard) collect(op *Op, i uint32, nowMs int64) {
 	e := sh.t.at(i)
-	if e.free != 0 || e.expires < nowMs {
+	if e.isFree() || e.exp() < nowMs {
 		return
 	}
 	k := sh.t.keyOf(e)
@@ -515,9 +515,9 @@ func (sh *shard) collect(op *Op, i uint32, nowMs int64) {
 func (sh *shard) dropSlots(op *Op) {
 	op.N = 0
 	for i := uint32(0); i < sh.t.nent; i++ {
-		if e := sh.t.at(i); e.free == 0 && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
+		if e := sh.t.at(i); !e.isFree() && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
 			// The disk range delete below covers it; skip the per-key delete.
-			if e.expires != noExpiry {
+			if e.exp() != noExpiry {
 				sh.expires--
 			}
 			sh.t.remove(i)

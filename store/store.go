@@ -60,7 +60,7 @@ type Config struct {
 	// faults through it (pebble's vfs/errorfs).
 	FS vfs.FS
 	// MemTableSize is Pebble's memtable size in bytes: how much is
-	// buffered (and how large the log grows) before a flush. Default 64 MiB.
+	// buffered (and how large the log grows) before a flush. Default 16 MiB.
 	MemTableSize uint64
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -87,7 +87,7 @@ func (c *Config) EnsureDefaults() {
 		c.PersistInterval = time.Second
 	}
 	if c.MemTableSize == 0 {
-		c.MemTableSize = 64 << 20
+		c.MemTableSize = 16 << 20
 	}
 }
 

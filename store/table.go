@@ -15,16 +15,61 @@ const noExpiry = math.MaxInt64
 // in the table's byte arena.
 const inlineKey = 16
 
-// entry is one key's record (40 bytes). It holds no Go pointers, so the
-// garbage collector never scans the key table. Keys up to 16 bytes sit in
-// the entry itself (one cache miss fewer per lookup, no arena bytes).
+// entry is one key's record: 32 bytes, half a cache line. It holds no Go
+// pointers, so the garbage collector never scans the key table. Keys up to
+// 16 bytes sit in the entry itself (one cache miss fewer per lookup, no
+// arena bytes); a longer key's k holds its arena location and length.
 type entry struct {
-	k       [inlineKey]byte // the key if klen <= 16, else k[:8] is its arena location
-	klen    uint32
-	free    uint16 // 1 when the slot is on the free list
-	dirty   uint16 // 1 when changed since last written to disk (the shard's dirty list has it)
-	tat     uint64 // theoretical arrival time, Unix ns (the value GET returns)
-	expires int64  // expiry, Unix ms (the key is gone once now_ms > expires); noExpiry for none
+	k    [inlineKey]byte // the key if short, else arena location (8 bytes) and length (4)
+	tat  uint64          // theoretical arrival time, Unix ns (the value GET returns)
+	meta uint64          // expiry (57 bits, signed) << 7 | dirty << 6 | free << 5 | inline length (31: long key)
+}
+
+const (
+	metaLenMask  = 31
+	metaLongKey  = 31
+	metaFree     = 1 << 5
+	metaDirty    = 1 << 6
+	metaExpShift = 7
+	// metaNoExp is the stored expiry that stands for noExpiry: expiries are
+	// Unix ms and never come near 2^56.
+	metaNoExp = 1<<56 - 1
+)
+
+// exp returns the expiry in Unix ms (the key is gone once now_ms > exp), or
+// noExpiry.
+func (e *entry) exp() int64 {
+	v := int64(e.meta) >> metaExpShift
+	if v == metaNoExp {
+		return noExpiry
+	}
+	return v
+}
+
+func (e *entry) setExp(ms int64) {
+	if ms == noExpiry {
+		ms = metaNoExp
+	}
+	e.meta = e.meta&(1<<metaExpShift-1) | uint64(ms)<<metaExpShift
+}
+
+func (e *entry) isFree() bool  { return e.meta&metaFree != 0 }
+func (e *entry) isDirty() bool { return e.meta&metaDirty != 0 }
+
+func (e *entry) setDirty(d bool) {
+	if d {
+		e.meta |= metaDirty
+	} else {
+		e.meta &^= metaDirty
+	}
+}
+
+// keyLen returns the length of the entry's key.
+func (e *entry) keyLen() int {
+	if n := int(e.meta & metaLenMask); n != metaLongKey {
+		return n
+	}
+	return int(binary.LittleEndian.Uint32(e.k[8:12]))
 }
 
 const (
@@ -74,20 +119,23 @@ func (t *table) at(i uint32) *entry { return &t.pages[i>>entryPageBits][i&(entry
 // keyOf returns the key of e. The slice aliases the table: use it before the
 // next change to the table.
 func (t *table) keyOf(e *entry) []byte {
-	if e.klen <= inlineKey {
-		return e.k[:e.klen:e.klen]
+	if n := int(e.meta & metaLenMask); n != metaLongKey {
+		return e.k[:n:n]
 	}
-	return t.arena.get(binary.LittleEndian.Uint64(e.k[:8]), e.klen)
+	return t.arena.get(binary.LittleEndian.Uint64(e.k[:8]), uint32(e.keyLen()))
 }
 
 // setKey stores key into e, inline or in the arena.
 func (t *table) setKey(e *entry, key []byte, a *arena) {
-	e.klen = uint32(len(key))
+	e.meta &^= metaLenMask
 	if len(key) <= inlineKey {
 		copy(e.k[:], key)
+		e.meta |= uint64(len(key))
 		return
 	}
+	e.meta |= metaLongKey
 	binary.LittleEndian.PutUint64(e.k[:8], a.put(key))
+	binary.LittleEndian.PutUint32(e.k[8:12], uint32(len(key)))
 }
 
 // find returns the entry index of key, or -1.
@@ -105,7 +153,7 @@ func (t *table) findHash(key []byte, h uint64) int64 {
 		if v != idxTomb && v>>32 == tag {
 			ei := uint32(v) - 2
 			e := t.at(ei)
-			if int(e.klen) == len(key) && bytes.Equal(t.keyOf(e), key) {
+			if e.keyLen() == len(key) && bytes.Equal(t.keyOf(e), key) {
 				return int64(ei)
 			}
 		}
@@ -132,11 +180,10 @@ func (t *table) insertHash(key []byte, h uint64) uint32 {
 		t.nent++
 	}
 	e := t.at(ei)
-	t.setKey(e, key, &t.arena)
-	e.free = 0
-	e.dirty = 0
+	e.meta = 0
 	e.tat = 0
-	e.expires = noExpiry
+	e.setExp(noExpiry)
+	t.setKey(e, key, &t.arena)
 	t.place(h, ei)
 	t.used++
 	t.live++
@@ -175,10 +222,10 @@ func (t *table) remove(ei uint32) {
 			panic("store: table entry missing from index")
 		}
 	}
-	if e.klen > inlineKey {
-		t.arena.release(e.klen)
+	if n := e.keyLen(); n > inlineKey {
+		t.arena.release(uint32(n))
 	}
-	*e = entry{free: 1}
+	*e = entry{meta: metaFree}
 	t.freeL = append(t.freeL, ei)
 	t.live--
 	if t.arena.garbage > arenaPageSize && t.arena.garbage > t.arena.liveBytes() {
@@ -197,7 +244,7 @@ func (t *table) rehash() {
 	t.used = 0
 	for i := uint32(0); i < t.nent; i++ {
 		e := t.at(i)
-		if e.free == 0 {
+		if !e.isFree() {
 			t.place(t.hash(t.keyOf(e)), i)
 			t.used++
 		}
@@ -209,7 +256,7 @@ func (t *table) compact() {
 	var a arena
 	for i := uint32(0); i < t.nent; i++ {
 		e := t.at(i)
-		if e.free == 0 && e.klen > inlineKey {
+		if !e.isFree() && e.keyLen() > inlineKey {
 			t.setKey(e, t.keyOf(e), &a)
 		}
 	}

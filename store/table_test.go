@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -41,7 +42,7 @@ func TestTableMatchesMap(t *testing.T) {
 	live := 0
 	for i := uint32(0); i < tb.nent; i++ {
 		e := tb.at(i)
-		if e.free == 0 {
+		if !e.isFree() {
 			live++
 			require.Equal(t, int64(i), tb.find(tb.keyOf(e)))
 		}
@@ -97,4 +98,27 @@ func BenchmarkTableFind(b *testing.B) {
 			}
 		})
 	}
+}
+
+func TestEntryMetaPacking(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	long := []byte("a key that is longer than sixteen bytes")
+	for _, key := range [][]byte{[]byte(""), []byte("k"), []byte("exactly16bytes!!"), long} {
+		ei := tb.insert(key)
+		e := tb.at(ei)
+		for _, exp := range []int64{noExpiry, 0, -1, -2, -5_000_000_000_000, 19_000_000_000_000, 1_700_000_000_000} {
+			e.setExp(exp)
+			e.setDirty(true)
+			require.Equal(t, exp, e.exp())
+			require.True(t, e.isDirty())
+			e.setDirty(false)
+			require.False(t, e.isDirty())
+			require.Equal(t, exp, e.exp())
+			require.Equal(t, string(key), string(tb.keyOf(e)))
+			require.False(t, e.isFree())
+		}
+		tb.remove(ei)
+		require.True(t, tb.at(ei).isFree())
+	}
+	require.Equal(t, uintptr(32), unsafe.Sizeof(entry{}))
 }
