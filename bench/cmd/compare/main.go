@@ -1,0 +1,285 @@
+// Command compare benchmarks cellserver side by side with Redis running a
+// GCRA Lua script (and, optionally, Redis with the redis-cell module), driving
+// each with redis-benchmark in turn, and prints markdown tables.
+//
+//	go run ./bench/cmd/compare                      # the full comparison
+//	go run ./bench/cmd/compare --rounds 2 --quick   # shorter
+//	go run ./bench/cmd/compare --memory --keys 1000000,10000000
+//
+// See bench/README.md for what each scenario and column means. It installs
+// nothing: redis-server and redis-benchmark must be in PATH (Debian package
+// redis-server). Every server it starts listens on 127.0.0.1 only and every
+// byte of load goes to 127.0.0.1.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cellserver/cellserver/bench"
+)
+
+// config is everything the flags set.
+type config struct {
+	Rounds         int           `json:"rounds"`
+	Quick          bool          `json:"quick"`
+	Requests       int           `json:"requests"`
+	Duration       time.Duration `json:"-"`
+	DurationS      float64       `json:"duration_s"`
+	DurationScale  float64       `json:"duration_scale"`
+	Clients        int           `json:"clients"`
+	Threads        int           `json:"bench_threads"`
+	ServerArgs     string        `json:"server_args"`
+	RedisCell      string        `json:"redis_cell_module"`
+	CellserverBin  string        `json:"cellserver_bin"`
+	Rev            string        `json:"rev"`
+	Params         string        `json:"params"`
+	LiveParams     string        `json:"live_params"`
+	BigKeys        int           `json:"big_keys"`
+	Scenarios      string        `json:"scenarios"`
+	Out            string        `json:"-"`
+	RedisServer    string        `json:"-"`
+	RedisBenchmark string        `json:"-"`
+	GCTrace        bool          `json:"gctrace"`
+	KeepTmp        bool          `json:"-"`
+
+	Memory      bool    `json:"memory"`
+	Keys        string  `json:"keys"`
+	MemParams   string  `json:"mem_params"`
+	MemRedis    bool    `json:"mem_redis"`
+	LoadSeconds float64 `json:"load_run_s"`
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&c.Rounds, "rounds", 3, "measured rounds per scenario; systems alternate A B A B ...")
+	fs.BoolVar(&c.Quick, "quick", false, "shrink the big live keyspace from 10M to 1M keys (see --big-keys)")
+	fs.IntVar(&c.Requests, "requests", 0, "redis-benchmark -n for every measured run; 0: calibrate each to --duration")
+	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "target length of one measured run when calibrating -n")
+	fs.Float64Var(&c.DurationScale, "duration-scale", 1, "multiply every run's length (0.5: half as long)")
+	fs.IntVar(&c.Clients, "clients", 50, "redis-benchmark -c")
+	fs.IntVar(&c.Threads, "bench-threads", 0, "redis-benchmark --threads (0: single-threaded, its default)")
+	fs.StringVar(&c.ServerArgs, "server-args", "", "extra cellserver flags, e.g. \"--fsync always\" or \"--in-memory\"")
+	fs.StringVar(&c.RedisCell, "redis-cell-module", "", "`path` of a built redis-cell module (libredis_cell.so); adds Redis+redis-cell")
+	fs.StringVar(&c.CellserverBin, "cellserver-bin", "", "use this cellserver binary instead of building ./cmd/cellserver")
+	fs.StringVar(&c.Rev, "rev", "", "build cellserver from this git revision (a clean git archive snapshot, e.g. HEAD) instead of the work tree")
+	fs.StringVar(&c.Params, "params", "100 10 1", "max_burst count period of the random-key and hot-key scenarios")
+	fs.StringVar(&c.LiveParams, "live-params", "1000 1 3600", "max_burst count period of the preloaded live-keyspace scenarios (keys must not expire)")
+	fs.IntVar(&c.BigKeys, "big-keys", 0, "keys of the big live keyspace (default 10000000, or 1000000 with --quick)")
+	fs.StringVar(&c.Scenarios, "scenarios", "", "comma-separated scenario names to run (default: all; see README)")
+	fs.StringVar(&c.Out, "out", "", "directory for the JSON and markdown results (default <repo>/bench/out)")
+	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "redis-server binary")
+	fs.StringVar(&c.RedisBenchmark, "redis-benchmark", "redis-benchmark", "redis-benchmark binary")
+	fs.BoolVar(&c.GCTrace, "gctrace", true, "run cellserver with GODEBUG=gctrace=1 and report its GC pauses per run")
+	fs.BoolVar(&c.KeepTmp, "keep-tmp", false, "keep the temporary directory (binaries, logs, data dirs)")
+	fs.BoolVar(&c.Memory, "memory", false, "memory mode: load N distinct keys and report RSS, heap and GC pauses")
+	fs.StringVar(&c.Keys, "keys", "1000000", "memory mode: comma-separated key counts, each on fresh servers")
+	fs.StringVar(&c.MemParams, "mem-params", "100 1 86400", "memory mode: max_burst count period (long, so nothing expires)")
+	fs.BoolVar(&c.MemRedis, "mem-redis", true, "memory mode: also measure redis-server + Lua (and redis-cell if given)")
+	fs.Float64Var(&c.LoadSeconds, "load-seconds", 10, "memory mode: length of the redis-benchmark run over the loaded keys")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if c.RedisCell != "" {
+		if _, err := os.Stat(c.RedisCell); err != nil {
+			return c, fmt.Errorf("--redis-cell-module: %w", err)
+		}
+	}
+	if c.Rev != "" && c.CellserverBin != "" {
+		return c, fmt.Errorf("--rev and --cellserver-bin exclude each other")
+	}
+	if c.Rounds < 1 || c.Rounds > 100 {
+		return c, fmt.Errorf("--rounds must be 1..100")
+	}
+	if c.Clients < 1 || c.Clients > 1000 {
+		return c, fmt.Errorf("--clients must be 1..1000")
+	}
+	if c.DurationScale <= 0 || c.Duration <= 0 {
+		return c, fmt.Errorf("--duration and --duration-scale must be positive")
+	}
+	if c.BigKeys == 0 {
+		c.BigKeys = 10_000_000
+		if c.Quick {
+			c.BigKeys = 1_000_000
+		}
+	}
+	if c.BigKeys < 1000 || c.BigKeys > 100_000_000 {
+		return c, fmt.Errorf("--big-keys must be 1000..100000000")
+	}
+	for _, p := range []string{c.Params, c.LiveParams, c.MemParams} {
+		if len(strings.Fields(p)) != 3 {
+			return c, fmt.Errorf("parameters %q: want \"max_burst count period\"", p)
+		}
+	}
+	c.DurationS = c.Duration.Seconds()
+	return c, nil
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err == flag.ErrHelp {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rs, rb, err := bench.LookTools(cfg.RedisServer, cfg.RedisBenchmark)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 1
+	}
+	cfg.RedisServer, cfg.RedisBenchmark = rs, rb
+	repo, err := bench.FindRepo(".")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 1
+	}
+	if cfg.Out == "" {
+		cfg.Out = filepath.Join(repo, "bench", "out")
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 1
+	}
+	tmp, err := os.MkdirTemp("", "cellserver-bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 1
+	}
+	if cfg.KeepTmp {
+		logf("keeping %s", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+
+	machine := bench.DescribeMachine(repo, rs, rb)
+	bin := cfg.CellserverBin
+	switch {
+	case bin != "":
+		machine.Cellserver = "binary " + bin
+	case cfg.Rev != "":
+		logf("building ./cmd/cellserver at %s (CGO_ENABLED=0)", cfg.Rev)
+		var commit string
+		if bin, commit, err = bench.BuildCellserverRev(repo, cfg.Rev, tmp); err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			return 1
+		}
+		machine.Cellserver = fmt.Sprintf("commit %s (--rev %s)", commit, cfg.Rev)
+	default:
+		logf("building ./cmd/cellserver (CGO_ENABLED=0)")
+		if bin, err = bench.BuildCellserver(repo, tmp); err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			return 1
+		}
+	}
+	serverArgs, err := bench.SplitArgs(cfg.ServerArgs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare: --server-args:", err)
+		return 2
+	}
+	env := &env{cfg: cfg, bin: bin, serverArgs: serverArgs, tmp: tmp, machine: machine}
+
+	stamp := time.Now().Format("20060102-150405")
+	var report string
+	var result any
+	if cfg.Memory {
+		res, rep, err := runMemory(ctx, env)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			return 1
+		}
+		result, report, stamp = res, rep, "memory-"+stamp
+	} else {
+		res, rep, err := runCompare(ctx, env)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			if res == nil {
+				return 1
+			}
+			// Partial results are still worth writing.
+		}
+		result, report, stamp = res, rep, "compare-"+stamp
+	}
+	fmt.Print(report)
+	js, _ := json.MarshalIndent(result, "", "  ")
+	jsonPath := filepath.Join(cfg.Out, stamp+".json")
+	mdPath := filepath.Join(cfg.Out, stamp+".md")
+	if err := os.WriteFile(jsonPath, append(js, '\n'), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 1
+	}
+	if err := os.WriteFile(mdPath, []byte(report), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 1
+	}
+	fmt.Printf("\nRaw results: %s\nReport: %s\n", jsonPath, mdPath)
+	if ctx.Err() != nil {
+		return 130
+	}
+	return 0
+}
+
+// env is what every mode shares.
+type env struct {
+	cfg        config
+	bin        string
+	serverArgs []string
+	tmp        string
+	machine    bench.Machine
+	seq        int
+}
+
+// dir returns a fresh directory under the temporary directory.
+func (e *env) dir(name string) string {
+	e.seq++
+	return filepath.Join(e.tmp, strconv.Itoa(e.seq)+"-"+name)
+}
+
+func (e *env) startCellserver(name string) (*bench.Proc, error) {
+	return bench.StartCellserver(bench.CellserverOptions{
+		Binary: e.bin, Dir: e.dir(name), Args: e.serverArgs, GCTrace: e.cfg.GCTrace, Name: name,
+	})
+}
+
+func (e *env) startRedis(name, module string) (*bench.Proc, error) {
+	return bench.StartRedis(bench.RedisOptions{Binary: e.cfg.RedisServer, Dir: e.dir(name), Name: name, Module: module})
+}
+
+// commandLine is the cellserver command line the run used, for the report.
+func (e *env) commandLine() string {
+	s := "cellserver --addr 127.0.0.1:<port>"
+	if len(e.serverArgs) > 0 {
+		s += " " + strings.Join(e.serverArgs, " ")
+	}
+	if e.cfg.GCTrace {
+		s = "GODEBUG=gctrace=1 " + s
+	}
+	return s
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}

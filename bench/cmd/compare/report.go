@@ -1,0 +1,177 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+)
+
+var stderr io.Writer = os.Stderr
+
+// invocation is the command line as typed, for the report.
+func invocation() string {
+	s := "go run ./bench/cmd/compare"
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \t'\"") {
+			a = "'" + a + "'"
+		}
+		s += " " + a
+	}
+	return s
+}
+
+func report(r *compareResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n# cellserver vs Redis: CL.THROTTLE throughput, latency and CPU (%s)\n\n", r.Started.Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "Command: `%s`\n\n", invocation())
+	b.WriteString("Machine (load generator and servers share it, loopback only):\n\n")
+	b.WriteString(r.Machine.String())
+	fmt.Fprintf(&b, "- load average at start: %s, at end: %s\n", r.LoadStart, r.LoadEnd)
+	fmt.Fprintf(&b, "\nServers: `%s` (its default flags: default persistence); `redis-server --save '' --appendonly no` with the GCRA Lua script (SHA %s) called by EVALSHA", r.Cellserver, r.LuaSHA)
+	if r.Config.RedisCell != "" {
+		fmt.Fprintf(&b, "; `redis-server --loadmodule %s`", r.Config.RedisCell)
+	}
+	fmt.Fprintf(&b, ".\nLoad: `redis-benchmark -c %d -P <pipeline> [-r <keyspace>]`, systems alternating A B A B over %d measured rounds after one warm-up run each; every figure is the median over the rounds.\n",
+		r.Config.Clients, r.Config.Rounds)
+	for _, sc := range r.Scenarios {
+		b.WriteString(scenarioTable(r, sc))
+	}
+	b.WriteString(targets(r))
+	return b.String()
+}
+
+func scenarioTable(r *compareResult, sc *scenarioResult) string {
+	var b strings.Builder
+	s := sc.Scenario
+	fmt.Fprintf(&b, "\n## %s: %s\n\n", s.Name, s.Title)
+	if len(sc.Systems) > 0 {
+		cmd := strings.Join(sc.Systems[0].Command, " ")
+		ks := ""
+		if s.Keyspace > 0 {
+			ks = fmt.Sprintf(" -r %d", s.Keyspace)
+		}
+		fmt.Fprintf(&b, "`redis-benchmark -c %d -P %d%s %s`", r.Config.Clients, s.Pipeline, ks, cmd)
+		if s.Preload > 0 {
+			fmt.Fprintf(&b, " after loading keys %s000000000000..%s%012d", s.Prefix, s.Prefix, s.Preload-1)
+		}
+		b.WriteString("\n\n")
+	}
+	b.WriteString("| system | rps (median) | rps min-max | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | redis-benchmark CPU µs/op | GC cycles (max STW ms) | others' CPU |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, sys := range sc.Systems {
+		m := sys.Median
+		if !m.OK {
+			fmt.Fprintf(&b, "| %s | failed | | | | | | | | |\n", sys.System)
+			continue
+		}
+		gc := "-"
+		if strings.HasPrefix(sys.System, "cellserver") && r.Config.GCTrace {
+			gc = fmt.Sprintf("%d (%.2f)", m.GCCycles, m.GCMaxMS)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s-%s | %.3f | %.3f | %.3f | %.2f | %.2f | %s | %.2f |\n",
+			sys.System, kilo(m.RPS), kilo(m.RPSMin), kilo(m.RPSMax), m.P50, m.P99, m.P999, m.CPUPerOp, m.BenchCPU, gc, m.Others)
+	}
+	var notes []string
+	if s.Ping {
+		if c, err := r.find(s.Name, sysCellPing); err == nil {
+			if p, err := r.find(s.Name, sysPing); err == nil {
+				notes = append(notes, fmt.Sprintf("cellserver PING / redis-server PING: rps %s", ratio(c.RPS, p.RPS)))
+			}
+		}
+	} else if c, err := r.find(s.Name, sysCell); err == nil {
+		for _, ref := range []string{sysLua, sysRedisCell} {
+			if x, err := r.find(s.Name, ref); err == nil {
+				notes = append(notes, fmt.Sprintf("cellserver / %s: rps %s, p99 %s, CPU/op %s",
+					ref, ratio(c.RPS, x.RPS), ratio(c.P99, x.P99), ratio(c.CPUPerOp, x.CPUPerOp)))
+			}
+		}
+		if s.Pipeline == 16 {
+			if p, err := r.find("ping-p16", sysPing); err == nil {
+				notes = append(notes, fmt.Sprintf("cellserver / redis-server PING ceiling (depth 16, same run): rps %s", ratio(c.RPS, p.RPS)))
+			}
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	return b.String()
+}
+
+// targets checks the "done when" figures of issue #4 that one compare run
+// can show.
+func targets(r *compareResult) string {
+	type row struct{ what, got, verdict string }
+	var rows []row
+	check := func(what string, got float64, ok bool, gotFmt string) {
+		v := "no"
+		if ok {
+			v = "yes"
+		}
+		rows = append(rows, row{what, fmt.Sprintf(gotFmt, got), v})
+	}
+	if c, err := r.find("rand100k-p1", sysCell); err == nil {
+		if l, err := r.find("rand100k-p1", sysLua); err == nil {
+			check("depth 1: cellserver rps ≥ 1.3x Redis+Lua", c.RPS/l.RPS, c.RPS >= 1.3*l.RPS, "%.2fx")
+			check("depth 1: cellserver p99 ≤ Redis+Lua p99", c.P99/l.P99, c.P99 <= l.P99, "%.2fx")
+		}
+	}
+	if c, err := r.find("rand100k-p16", sysCell); err == nil {
+		if l, err := r.find("rand100k-p16", sysLua); err == nil {
+			check("depth 16: cellserver rps ≥ 3x Redis+Lua", c.RPS/l.RPS, c.RPS >= 3*l.RPS, "%.2fx")
+		}
+		if p, err := r.find("ping-p16", sysPing); err == nil {
+			check("depth 16: cellserver rps ≥ 0.6x redis-server PING", c.RPS/p.RPS, c.RPS >= 0.6*p.RPS, "%.2fx")
+		}
+	}
+	var small, big summary
+	var bigName string
+	for _, sc := range r.Scenarios {
+		if strings.HasPrefix(sc.Scenario.Name, "live") && sc.Scenario.Name != "live100k-p16" {
+			bigName = sc.Scenario.Name
+		}
+	}
+	var err1, err2 error
+	small, err1 = r.find("live100k-p16", sysCell)
+	if bigName != "" {
+		big, err2 = r.find(bigName, sysCell)
+	}
+	if err1 == nil && bigName != "" && err2 == nil {
+		check(fmt.Sprintf("CPU/op flat from 100k to %s live keys (%.2f -> %.2f µs/op; yes if within 1.25x)",
+			strings.ToUpper(strings.TrimSuffix(strings.TrimPrefix(bigName, "live"), "-p16")), small.CPUPerOp, big.CPUPerOp),
+			big.CPUPerOp/small.CPUPerOp, big.CPUPerOp <= 1.25*small.CPUPerOp, "%.2fx")
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Issue #4 targets measurable in this run\n\n| target | measured | met |\n|---|---:|---|\n")
+	for _, x := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", x.what, x.got, x.verdict)
+	}
+	b.WriteString("\n(Memory targets: `go run ./bench/cmd/compare --memory --keys 10000000`.)\n")
+	return b.String()
+}
+
+func kilo(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "-"
+	case x >= 1e6:
+		return fmt.Sprintf("%.2fM", x/1e6)
+	case x >= 1e3:
+		return fmt.Sprintf("%.1fk", x/1e3)
+	}
+	return fmt.Sprintf("%.0f", x)
+}
+
+func ratio(a, b float64) string {
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
