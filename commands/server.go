@@ -63,6 +63,7 @@ type Server struct {
 	nextID      atomic.Int64
 	clientsMu   sync.Mutex
 	clients     map[int64]*Client
+	retired     []*cmdStat // counts of closed clients, per command id
 	stats       serverStats
 	shutdown    atomic.Bool
 	errorCounts sync.Map // error code -> *atomic.Int64
@@ -174,6 +175,7 @@ type Client struct {
 	authed  atomic.Bool
 
 	sess  *store.Session
+	stats []cmdStat // per command id
 	ops   []*store.Op
 	nops  int
 	slots []slot
@@ -193,6 +195,7 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 		ID:      s.nextID.Add(1),
 		created: time.Now(),
 		sess:    s.st.NewSession(),
+		stats:   make([]cmdStat, s.table.size()),
 	}
 	if remote != nil {
 		c.Addr = remote.String()
@@ -220,11 +223,52 @@ func isLocal(a net.Addr) bool {
 	return false
 }
 
-// Close unregisters the client.
+// Close unregisters the client, keeping its command counts for INFO.
 func (c *Client) Close() {
-	c.srv.clientsMu.Lock()
-	delete(c.srv.clients, c.ID)
-	c.srv.clientsMu.Unlock()
+	s := c.srv
+	s.clientsMu.Lock()
+	delete(s.clients, c.ID)
+	for i := range c.stats {
+		r := s.retiredStat(i)
+		r.calls.Add(c.stats[i].calls.Load())
+		r.failed.Add(c.stats[i].failed.Load())
+		r.usec.Add(c.stats[i].usec.Load())
+	}
+	s.clientsMu.Unlock()
+}
+
+// stat returns the client's counters for cmd.
+func (c *Client) stat(cmd *Command) *cmdStat {
+	if cmd.id >= len(c.stats) { // a command added after the client connected
+		c.stats = append(c.stats, make([]cmdStat, cmd.id+1-len(c.stats))...)
+	}
+	return &c.stats[cmd.id]
+}
+
+// retiredStat returns the counters of closed clients for command id i.
+// Call with clientsMu held.
+func (s *Server) retiredStat(i int) *cmdStat {
+	for i >= len(s.retired) {
+		s.retired = append(s.retired, &cmdStat{})
+	}
+	return s.retired[i]
+}
+
+// commandStat sums a command's counters over closed and live clients.
+func (s *Server) commandStat(cmd *Command) (calls, failed, usec int64) {
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
+	r := s.retiredStat(cmd.id)
+	calls, failed, usec = r.calls.Load(), r.failed.Load(), r.usec.Load()
+	for _, c := range s.clients {
+		if cmd.id < len(c.stats) {
+			st := &c.stats[cmd.id]
+			calls += st.calls.Load()
+			failed += st.failed.Load()
+			usec += st.usec.Load()
+		}
+	}
+	return
 }
 
 // Authenticated reports whether the client passed AUTH (or none is required).
@@ -308,7 +352,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	}
 	if !arityOK(cmd.Arity, len(args)) {
 		c.errSlot(wrongArity(cmd.Name))
-		cmd.failed.Add(1)
+		c.stat(cmd).failed.Add(1)
 		return
 	}
 	if !cmd.NoAuth && !c.authed.Load() {
@@ -326,13 +370,14 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		return
 	}
 	c.lastCmd.Store(cmd)
-	cmd.calls.Add(1)
+	st := c.stat(cmd)
+	st.calls.Add(1)
 	if cmd.Queue != nil {
 		from := c.nops
 		if e := cmd.Queue(c, args); e != "" {
 			// The handler queued nothing on error (contract), but be safe.
 			c.slots = append(c.slots, slot{cmd: cmd, err: e})
-			cmd.failed.Add(1)
+			st.failed.Add(1)
 			return
 		}
 		c.slots = append(c.slots, slot{cmd: cmd, args: args, from: from, to: c.nops})
@@ -346,13 +391,13 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 			if r := recover(); r != nil {
 				out.Truncate(mark)
 				out.WriteError(ErrInternal)
-				cmd.failed.Add(1)
+				st.failed.Add(1)
 				s.log.Error("command panicked", "cmd", cmd.Name, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
 		cmd.Run(c, out, args)
 	}()
-	cmd.usec.Add(time.Since(start).Microseconds())
+	st.usec.Add(time.Since(start).Microseconds())
 }
 
 func (c *Client) errSlot(e string) {
@@ -381,10 +426,10 @@ func (s *Server) finish(c *Client, out *Out) {
 		if e := opsError(ops); e != "" {
 			s.countError(e)
 			out.WriteError(e)
-			sl.cmd.failed.Add(1)
+			c.stat(sl.cmd).failed.Add(1)
 			continue
 		}
-		sl.cmd.usec.Add(per)
+		c.stat(sl.cmd).usec.Add(per)
 		mark := out.Len()
 		func() {
 			defer func() {

@@ -468,17 +468,20 @@ func (s *Server) resetStats() {
 		a.Store(0)
 	}
 	s.errorCounts.Range(func(k, _ any) bool { s.errorCounts.Delete(k); return true })
-	for _, c := range s.table {
-		c.resetStats()
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
+	reset := func(st *cmdStat) {
+		st.calls.Store(0)
+		st.failed.Store(0)
+		st.usec.Store(0)
 	}
-}
-
-func (c *Command) resetStats() {
-	c.calls.Store(0)
-	c.failed.Store(0)
-	c.usec.Store(0)
-	for _, s := range c.Subcommands {
-		s.resetStats()
+	for _, r := range s.retired {
+		reset(r)
+	}
+	for _, c := range s.clients {
+		for i := range c.stats {
+			reset(&c.stats[i])
+		}
 	}
 }
 
@@ -627,13 +630,12 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 			all = append(all, cmd.Subcommands...)
 		}
 		for _, cmd := range all {
-			calls := cmd.calls.Load()
+			calls, failed, usec := s.commandStat(cmd)
 			if calls == 0 {
 				continue
 			}
-			usec := cmd.usec.Load()
 			fmt.Fprintf(b, "cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=0,failed_calls=%d\r\n",
-				cmd.Name, calls, usec, float64(usec)/float64(calls), cmd.failed.Load())
+				cmd.Name, calls, usec, float64(usec)/float64(calls), failed)
 		}
 	case "errorstats":
 		b.WriteString("# Errorstats\r\n")

@@ -38,10 +38,15 @@ type Command struct {
 
 	Subcommands []*Command
 
-	write  bool // has the "write" flag (refused with MISCONF while persistence fails)
-	calls  atomic.Int64
-	failed atomic.Int64
-	usec   atomic.Int64
+	write bool // has the "write" flag (refused with MISCONF while persistence fails)
+	id    int  // index of this command's counters in every client's stats
+}
+
+// cmdStat counts one command's calls for INFO commandstats. Each client
+// keeps its own (one writer, no cache line shared between connections);
+// INFO adds them up.
+type cmdStat struct {
+	calls, failed, usec atomic.Int64
 }
 
 // Table maps lower-case command names to commands.
@@ -49,17 +54,25 @@ type Table map[string]*Command
 
 func (t Table) add(cmds ...*Command) {
 	for _, c := range cmds {
-		if c.Step == 0 && c.FirstKey > 0 {
-			c.Step = 1
-		}
-		c.write = hasFlag(c.Flags, "write")
-		for _, s := range c.Subcommands {
-			if s.Step == 0 && s.FirstKey > 0 {
-				s.Step = 1
+		n := t.size()
+		for i, x := range append([]*Command{c}, c.Subcommands...) {
+			if x.Step == 0 && x.FirstKey > 0 {
+				x.Step = 1
 			}
+			x.write = hasFlag(x.Flags, "write")
+			x.id = n + i
 		}
 		t[c.Name] = c
 	}
+}
+
+// size counts commands and subcommands.
+func (t Table) size() int {
+	n := 0
+	for _, c := range t {
+		n += 1 + len(c.Subcommands)
+	}
+	return n
 }
 
 // Lookup finds a command by name, case-insensitively, without allocating

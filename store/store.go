@@ -33,9 +33,8 @@ import (
 
 // Config configures a Store. The zero value is usable: EnsureDefaults fills it.
 type Config struct {
-	// Shards is the number of shard owner goroutines. Default: GOMAXPROCS-
-	// independent 16, enough to spread hot keys while keeping per-shard
-	// batches large. Must be 1..16384.
+	// Shards is the number of shard owner goroutines. Default 16 (the
+	// binary passes the number of CPUs). Must be 1..16384.
 	Shards int
 	// Clock is the server clock; nil means a new wall clock.
 	Clock *Clock

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"syscall"
@@ -52,7 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6379", "TCP `host:port` to listen on")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "require clients to AUTH with this `password`")
-	fs.IntVar(&c.Shards, "shards", 16, "number of keyspace shards, each owned by one goroutine")
+	fs.IntVar(&c.Shards, "shards", runtime.GOMAXPROCS(0), "number of keyspace shards, each owned by one goroutine (default: the number of CPUs)")
 	fs.StringVar(&c.EnableDebug, "enable-debug-command", "no", "allow DEBUG (e.g. DEBUG CLOCK): no, yes, or local (loopback clients only)")
 	fs.IntVar(&c.MaxClients, "maxclients", 10000, "maximum simultaneous client connections")
 	fs.StringVar(&c.DataDir, "data-dir", "cellserver-data", "`directory` where limiter state persists (Pebble)")
