@@ -263,8 +263,8 @@ func (p *persister) loop() {
 	defer close(p.done)
 	retry := time.NewTicker(p.retryEvery)
 	defer retry.Stop()
-	var failed *pebble.Batch // changes whose commit failed, retried first
-	broken := false          // Pebble hit a fatal error: reopen needed
+	var failed []*pebble.Batch // changes whose commit failed, retried first
+	broken := false            // Pebble hit a fatal error: reopen needed
 	needSnap := map[*shard]bool{}
 	reqs := make([]commitReq, 0, 256)
 	for {
@@ -293,7 +293,7 @@ func (p *persister) loop() {
 				}
 				continue
 			}
-			if failed == nil {
+			if len(failed) == 0 {
 				continue
 			}
 			reqs = reqs[:0]
@@ -310,8 +310,9 @@ func (p *persister) loop() {
 				break
 			}
 		}
-		// Merge everything into one batch: failed changes first, in order.
-		b := failed
+		// Commit each batch as it came (failed ones first, in order), then
+		// sync once: no copying of batches into a merged one.
+		todo := failed
 		failed = nil
 		for _, r := range reqs {
 			if r.b == nil {
@@ -325,19 +326,16 @@ func (p *persister) loop() {
 				_ = r.b.Close() // memory is the truth; the resync rewrites it
 				continue
 			}
-			if b == nil {
-				b = p.db().NewBatch()
-			}
-			_ = b.Apply(r.b, nil)
-			_ = r.b.Close()
+			todo = append(todo, r.b)
 		}
-		if b != nil && !b.Empty() && !broken {
-			opts := pebble.Sync
-			if p.policy == FsyncNo && !quitting {
-				opts = pebble.NoSync
+		committed := false
+		for i, b := range todo {
+			if broken {
+				_ = b.Close()
+				continue
 			}
 			db := p.db()
-			err := guard(func() error { return db.Apply(b, opts) })
+			err := guard(func() error { return db.Apply(b, pebble.NoSync) })
 			var fatal errPebbleFatal
 			switch {
 			case errors.As(err, &fatal):
@@ -350,18 +348,36 @@ func (p *persister) loop() {
 				}
 			case err != nil:
 				p.fail(err)
-				failed = b
+				failed = append(failed, todo[i:]...) // retried in order
+				todo = todo[:0]
 			default:
-				p.ok()
+				committed = true
 				p.commits.Add(1)
 				p.changes.Add(int64(b.Count()))
 				_ = b.Close()
-				if opts == pebble.Sync {
-					p.lastFsync.Store(time.Now().UnixNano())
-				}
 			}
-		} else if b != nil {
-			_ = b.Close()
+			if len(todo) == 0 {
+				break
+			}
+		}
+		if committed && !broken && (p.policy != FsyncNo || quitting) {
+			db := p.db()
+			if err := guard(func() error { return db.LogData(nil, pebble.Sync) }); err != nil {
+				p.fail(err)
+				var fatal errPebbleFatal
+				if errors.As(err, &fatal) {
+					broken = true
+					_ = guard(db.Close)
+					for _, sh := range p.shards {
+						needSnap[sh] = true
+					}
+				}
+			} else {
+				p.lastFsync.Store(time.Now().UnixNano())
+			}
+		}
+		if committed && len(failed) == 0 && !broken {
+			p.ok()
 		}
 		// Release waiters (FsyncAlways). On a write error they are released
 		// too: the server keeps answering from memory and reports the error.
@@ -375,9 +391,9 @@ func (p *persister) loop() {
 		}
 		clear(reqs)
 		if quitting {
-			if failed != nil {
-				p.log.Error("persistence: changes could not be written before shutdown", "changes", failed.Count())
-				_ = failed.Close()
+			for _, b := range failed {
+				p.log.Error("persistence: changes could not be written before shutdown", "changes", b.Count())
+				_ = b.Close()
 			}
 			return
 		}
