@@ -576,8 +576,5 @@ func clusterHelp(_ *Client, w *Out, _ [][]byte) {
 		"SLOTS", "    Return information about slots range mappings.",
 		"HELP", "    Print this help.",
 	}
-	w.WriteArray(len(lines))
-	for _, l := range lines {
-		w.WriteString(l)
-	}
+	writeHelp(w, lines)
 }

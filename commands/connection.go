@@ -294,10 +294,7 @@ func clientHelp(_ *Client, w *Out, _ [][]byte) {
 		"SETNAME <name>", "    Assign the name <name> to the current connection.",
 		"HELP", "    Print this help.",
 	}
-	w.WriteArray(len(lines))
-	for _, l := range lines {
-		w.WriteString(l)
-	}
+	writeHelp(w, lines)
 }
 
 func (s *Server) sortedClients() []*Client {

@@ -51,3 +51,11 @@ func (o *Out) Len() int { return len(o.B) }
 
 // Truncate drops everything after n bytes.
 func (o *Out) Truncate(n int) { o.B = o.B[:n] }
+
+// writeHelp writes a HELP reply: one simple string per line, as Redis.
+func writeHelp(w *Out, lines []string) {
+	w.WriteArray(len(lines))
+	for _, l := range lines {
+		w.WriteString(l)
+	}
+}

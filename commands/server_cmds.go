@@ -264,10 +264,7 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 			"GETKEYS <full-command>", "    Return the keys from a full command.",
 			"HELP", "    Print this help.",
 		}
-		w.WriteArray(len(lines))
-		for _, l := range lines {
-			w.WriteString(l)
-		}
+		writeHelp(w, lines)
 	}
 }
 
@@ -337,10 +334,7 @@ func debugCmd(c *Client, w *Out, args [][]byte) {
 			"CLOCK REAL", "    Return to the wall clock.",
 			"HELP", "    Print this help.",
 		}
-		w.WriteArray(len(lines))
-		for _, l := range lines {
-			w.WriteString(l)
-		}
+		writeHelp(w, lines)
 		return
 	}
 	if sub != "clock" {
@@ -455,10 +449,7 @@ func configHelp(_ *Client, w *Out, _ [][]byte) {
 		"RESETSTAT", "    Reset statistics reported by the INFO command.",
 		"HELP", "    Print this help.",
 	}
-	w.WriteArray(len(lines))
-	for _, l := range lines {
-		w.WriteString(l)
-	}
+	writeHelp(w, lines)
 }
 
 func (s *Server) resetStats() {
