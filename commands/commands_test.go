@@ -232,6 +232,12 @@ func TestPanicInCommandIsContained(t *testing.T) {
 		panic("broken invariant")
 	}})
 	assert.Equal(t, "-ERR internal error\r\n+PONG\r\n", h.do([]string{"BOOM"}, []string{"PING"}))
+
+	// A keyed command whose parsing panics.
+	h.srv.table.add(&Command{Name: "kboom", Arity: 2, FirstKey: 1, LastKey: 1,
+		Queue: func(*Client, [][]byte) string { panic("bad parse") },
+		Reply: func(*Client, *Out, [][]byte, []*store.Op) {}})
+	assert.Equal(t, "-ERR internal error\r\n:0\r\n", h.do([]string{"KBOOM", "k"}, []string{"EXISTS", "k"}))
 }
 
 func TestInfoAndCommand(t *testing.T) {

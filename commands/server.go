@@ -374,7 +374,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	st.calls.Add(1)
 	if cmd.Queue != nil {
 		from := c.nops
-		if e := cmd.Queue(c, args); e != "" {
+		if e := s.queue(cmd, c, args); e != "" {
 			// The handler queued nothing on error (contract), but be safe.
 			c.slots = append(c.slots, slot{cmd: cmd, err: e})
 			st.failed.Add(1)
@@ -398,6 +398,17 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		cmd.Run(c, out, args)
 	}()
 	st.usec.Add(time.Since(start).Microseconds())
+}
+
+// queue runs cmd's Queue handler; a panic there becomes an error reply.
+func (s *Server) queue(cmd *Command, c *Client, args [][]byte) (e string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("command panicked", "cmd", cmd.Name, "panic", r, "stack", string(debug.Stack()))
+			e = ErrInternal
+		}
+	}()
+	return cmd.Queue(c, args)
 }
 
 func (c *Client) errSlot(e string) {

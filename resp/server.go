@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,6 +179,11 @@ func (c *conn) serve() {
 	s := c.srv
 	cl := s.exec.NewClient(c.nc.RemoteAddr(), c.nc.LocalAddr())
 	defer func() {
+		// A bug on this connection's path must not take the server down:
+		// log it and drop this connection only.
+		if r := recover(); r != nil {
+			s.cfg.Logger.Error("connection panicked; closing it", "addr", cl.Addr, "panic", r, "stack", string(debug.Stack()))
+		}
 		cl.Close()
 		_ = c.nc.Close()
 		s.mu.Lock()
