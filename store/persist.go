@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/cellserver/cellserver/cluster"
@@ -180,6 +181,11 @@ func openDB(dir string, fs vfs.FS, memTable uint64, log *slog.Logger) (*pebble.D
 		FormatMajorVersion: pebbleFormat,
 		Logger:             pebbleLogger{log},
 		MemTableSize:       memTable,
+	}
+	// Values are 16 binary bytes and keys share prefixes that blocks already
+	// compress: snappy would cost flush and compaction CPU for little space.
+	for i := range opts.Levels {
+		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
