@@ -29,6 +29,7 @@ const (
 
 	opSweep    // one step of the expiry sweep, run on the owner (tests)
 	opSnapshot // rewrite the shard's keys to disk (after a reopen)
+	opPersist  // write changed keys out now, as the persist tick does (tests)
 )
 
 // Errors an Op can carry.

@@ -383,6 +383,9 @@ func (sh *shard) exec(op *Op) {
 		sh.sweep(now)
 	case opSnapshot:
 		sh.snapshot()
+	case opPersist:
+		sh.writeDirty()
+		sh.sendChanges(nil)
 	case OpKeys:
 		op.Keys = op.Keys[:0]
 		for i := uint32(0); i < sh.t.nent; i++ {

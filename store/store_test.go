@@ -166,6 +166,19 @@ func TestSweepRemovesUntouchedKeys(t *testing.T) {
 	assert.Equal(t, int64(5000), st.Stats().ExpiredKeys)
 }
 
+// persistAll has every shard write its changes out now (as its persist
+// tick does) and waits until the committer has taken them.
+func (s *Store) persistAll() {
+	sess := s.NewSession()
+	for i := range s.shards {
+		sess.AddTo(i, &Op{Kind: opPersist})
+	}
+	sess.Run()
+	for s.p != nil && s.p.pending.Load() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // sweepAll runs one sweep step on every shard, on the shard's goroutine.
 func (s *Store) sweepAll() {
 	var wg sync.WaitGroup
