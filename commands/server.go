@@ -65,7 +65,6 @@ type Server struct {
 	clients     map[int64]*Client
 	retired     []*cmdStat // counts of closed clients, per command id
 	stats       serverStats
-	shutdown    atomic.Bool
 	errorCounts sync.Map // error code -> *atomic.Int64
 
 	opsMu      sync.Mutex
@@ -288,8 +287,6 @@ func (s *Server) CountNet(in, out int) {
 // RejectConnection counts a connection refused by the wire layer (maxclients).
 func (s *Server) RejectConnection() { s.stats.rejectedConn.Add(1) }
 
-// SetShuttingDown makes INFO and new commands aware of a shutdown in progress.
-func (s *Server) SetShuttingDown() { s.shutdown.Store(true) }
 
 // Queue hands op to the store as part of this pipeline's batch for its key's
 // shard. Only Queue handlers call it.

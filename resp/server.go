@@ -141,7 +141,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	s.exec.SetShuttingDown()
 	if s.ln != nil {
 		_ = s.ln.Close()
 	}

@@ -325,9 +325,6 @@ func (ss *Session) AddTo(shard int, op *Op) {
 	ss.pending[shard] = append(ss.pending[shard], op)
 }
 
-// Pending reports whether ops are queued.
-func (ss *Session) Pending() bool { return len(ss.touched) > 0 }
-
 // Run executes every queued op, each shard's ops in the order they were
 // added, and returns when all are done.
 func (ss *Session) Run() {
