@@ -287,7 +287,6 @@ func (s *Server) CountNet(in, out int) {
 // RejectConnection counts a connection refused by the wire layer (maxclients).
 func (s *Server) RejectConnection() { s.stats.rejectedConn.Add(1) }
 
-
 // Queue hands op to the store as part of this pipeline's batch for its key's
 // shard. Only Queue handlers call it.
 func (c *Client) Queue(op *store.Op) { c.sess.Add(op) }
