@@ -374,32 +374,42 @@ func parseSlot(b []byte) (int, bool) {
 	return int(n), true
 }
 
-// CLUSTER COUNTKEYSINSLOT slot
-func clusterCountKeys(c *Client, w *Out, args [][]byte) {
+// slotArg parses the slot argument of a CLUSTER subcommand, writing the
+// error reply if cluster mode is off or the slot is invalid.
+func slotArg(c *Client, w *Out, arg []byte) (int, bool) {
 	if !clusterGuard(c, w) {
-		return
+		return 0, false
 	}
-	slot, ok := parseSlot(args[2])
+	slot, ok := parseSlot(arg)
 	if !ok {
 		w.WriteError(ErrInvalidSlot)
+	}
+	return slot, ok
+}
+
+// runOnSlot runs op on the shard that owns slot.
+func runOnSlot(c *Client, slot int, op *store.Op) {
+	op.Slot = slot
+	c.QueueTo(c.srv.st.ShardOfSlot(slot), op)
+	c.runNow()
+}
+
+// CLUSTER COUNTKEYSINSLOT slot
+func clusterCountKeys(c *Client, w *Out, args [][]byte) {
+	slot, ok := slotArg(c, w, args[2])
+	if !ok {
 		return
 	}
 	op := c.NewOp()
-	op.Kind, op.Slot = store.OpSlotCount, slot
-	c.QueueTo(c.srv.st.ShardOfSlot(slot), op)
-	c.sess.Run()
-	c.nops = 0
+	op.Kind = store.OpSlotCount
+	runOnSlot(c, slot, op)
 	w.WriteInt(op.N)
 }
 
 // CLUSTER GETKEYSINSLOT slot count
 func clusterGetKeys(c *Client, w *Out, args [][]byte) {
-	if !clusterGuard(c, w) {
-		return
-	}
-	slot, ok := parseSlot(args[2])
+	slot, ok := slotArg(c, w, args[2])
 	if !ok {
-		w.WriteError(ErrInvalidSlot)
 		return
 	}
 	n, ok := parseRedisInt(args[3])
@@ -408,10 +418,8 @@ func clusterGetKeys(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	op := c.NewOp()
-	op.Kind, op.Slot, op.Count = store.OpSlotKeys, slot, int(min(n, 1<<30))
-	c.QueueTo(c.srv.st.ShardOfSlot(slot), op)
-	c.sess.Run()
-	c.nops = 0
+	op.Kind, op.Count = store.OpSlotKeys, int(min(n, 1<<30))
+	runOnSlot(c, slot, op)
 	w.WriteArray(len(op.Keys))
 	for _, k := range op.Keys {
 		w.WriteBulk(k)
@@ -551,8 +559,7 @@ func clusterImportState(c *Client, w *Out, args [][]byte) {
 		c.Queue(op)
 		ops = append(ops, op)
 	}
-	c.sess.Run()
-	c.nops = 0
+	c.runNow()
 	var n int64
 	for _, op := range ops {
 		n += op.N

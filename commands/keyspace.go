@@ -110,15 +110,13 @@ func (c *Client) everyShard(k store.Kind, setup func(*store.Op)) []*store.Op {
 	for i := range ops {
 		op := c.NewOp()
 		op.Kind = k
-		op.Shard = i
 		if setup != nil {
 			setup(op)
 		}
 		ops[i] = op
 		c.QueueTo(i, op)
 	}
-	c.sess.Run()
-	c.nops = 0
+	c.runNow()
 	return ops
 }
 
@@ -198,8 +196,7 @@ func scanCmd(c *Client, w *Out, args [][]byte) {
 		op.Count = int(min(budget, 1<<30))
 		op.Pattern = pat
 		c.QueueTo(int(sh), op)
-		c.sess.Run()
-		c.nops = 0
+		c.runNow()
 		if typeOK {
 			keys = append(keys, op.Keys...)
 		}

@@ -306,6 +306,13 @@ func (c *Client) NewOp() *store.Op {
 	return op
 }
 
+// runNow executes the ops queued so far and recycles the op pool. Only Run
+// handlers call it (after finish, so no pipeline slot still holds ops).
+func (c *Client) runNow() {
+	c.sess.Run()
+	c.nops = 0
+}
+
 // Exec runs one pipeline: every command in cmds (each the full argv), with
 // replies appended to out in request order.
 func (s *Server) Exec(c *Client, cmds [][][]byte, out *Out) {

@@ -48,10 +48,7 @@ func throttleQueue(c *Client, args [][]byte) string {
 func throttleReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
 	op := ops[0]
 	switch {
-	case op.Err == gcra.ErrZeroRate:
-		w.WriteError(ErrCellZeroRate)
-		return
-	case op.Err != nil:
+	case op.Err != nil: // not ErrZeroRate: throttleQueue rejected that already
 		w.WriteError(ErrInternal)
 		return
 	case op.Result.Write && op.Result.Expiry == gcra.ExpireError:

@@ -9,8 +9,9 @@ import (
 // Kind says what an Op does.
 type Kind uint8
 
-// Op kinds. Single-key kinds are routed to the key's shard; shard-wide kinds
-// (DBSize, Flush, Scan, Keys) name their shard in Op.Shard.
+// Op kinds. Single-key kinds are routed to the key's shard (Session.Add);
+// shard-wide kinds (DBSize, Flush, Scan, Keys, ...) go to the shard named in
+// Session.AddTo.
 const (
 	OpThrottle  Kind = iota // CL.THROTTLE: Params in, Result/Err out
 	OpGet                   // TAT, Found
@@ -47,7 +48,6 @@ type Op struct {
 	Kind   Kind
 	Key    []byte      // single-key kinds
 	Params gcra.Params // OpThrottle
-	Shard  int         // shard-wide kinds: which shard
 
 	// Scan/Keys inputs.
 	Pattern []byte   // glob; nil matches all

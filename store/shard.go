@@ -446,12 +446,18 @@ func (sh *shard) lookup(op *Op, nowMs int64) int64 {
 }
 
 // remove deletes a key from memory and from disk.
-func (sh *shard) remove(ei uint32) {
+func (sh *shard) remove(ei uint32) { sh.drop(ei, true) }
+
+// drop deletes a key from memory, and from disk if onDisk (a caller that
+// deletes a whole range on disk passes false).
+func (sh *shard) drop(ei uint32, onDisk bool) {
 	e := sh.t.at(ei)
 	if e.exp() != noExpiry {
 		sh.expires--
 	}
-	sh.recordDelete(sh.t.keyOf(e))
+	if onDisk {
+		sh.recordDelete(sh.t.keyOf(e))
+	}
 	sh.t.remove(ei)
 }
 
@@ -519,11 +525,7 @@ func (sh *shard) dropSlots(op *Op) {
 	op.N = 0
 	for i := uint32(0); i < sh.t.nent; i++ {
 		if e := sh.t.at(i); !e.isFree() && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
-			// The disk range delete below covers it; skip the per-key delete.
-			if e.exp() != noExpiry {
-				sh.expires--
-			}
-			sh.t.remove(i)
+			sh.drop(i, false) // the range delete below covers the disk
 			op.N++
 		}
 	}
