@@ -453,6 +453,7 @@ func (p *persister) load(sh *shard, nowMs int64) error {
 		}
 		ei := sh.t.insert(k[3:])
 		sh.set(ei, tat, exp)
+		sh.t.at(ei).setOnDisk()
 		loaded++
 	}
 	if err := it.Close(); err != nil {

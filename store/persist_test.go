@@ -274,3 +274,77 @@ func TestLimitedCallsAndPeeksWriteNothing(t *testing.T) {
 	require.Eventually(t, func() bool { return st.PersistStats().Changes == 2 }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, int64(2), st.PersistStats().Commits)
 }
+
+// Deletions wait for the write-out and are merged with the changed keys; a
+// key deleted and created again (or created and deleted) within one interval
+// must reach disk as its final state, short and arena-held keys alike.
+func TestDeleteAndRecreateInOneWriteOut(t *testing.T) {
+	for _, policy := range []Fsync{FsyncAlways, FsyncEverySec} {
+		t.Run(policy.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			clk := wallClock()
+			st := openPersistent(t, dir, policy, clk, nil)
+			long := "a-key-longer-than-sixteen-bytes:"
+			want := map[string]bool{}
+			for i := 0; i < 300; i++ {
+				for _, k := range []string{fmt.Sprint("s", i), fmt.Sprint(long, i)} {
+					run(st, throttleOp(k, 5, 1, 60, 1))
+					switch i % 3 {
+					case 0: // created, deleted
+						run(st, &Op{Kind: OpDel, Key: []byte(k)})
+						want[k] = false
+					case 1: // created, deleted, created again
+						run(st, &Op{Kind: OpDel, Key: []byte(k)})
+						run(st, throttleOp(k, 5, 1, 60, 2))
+						want[k] = true
+					case 2: // created, deleted twice over
+						run(st, &Op{Kind: OpDel, Key: []byte(k)})
+						run(st, throttleOp(k, 5, 1, 60, 1))
+						run(st, &Op{Kind: OpDel, Key: []byte(k)})
+						want[k] = false
+					}
+				}
+			}
+			before := map[string]uint64{}
+			for k := range want {
+				tat, ok, _ := state(st, k)
+				require.Equal(t, want[k], ok, k)
+				before[k] = tat
+			}
+			require.NoError(t, st.Close())
+			st = openPersistent(t, dir, policy, clk, nil)
+			defer st.Close()
+			for k, live := range want {
+				tat, ok, _ := state(st, k)
+				assert.Equal(t, live, ok, k)
+				assert.Equal(t, before[k], tat, k)
+			}
+			assert.Equal(t, int64(200), st.PersistStats().KeysLoaded)
+		})
+	}
+}
+
+// A key deleted after a write-out is deleted on disk; a key created and
+// deleted between two write-outs writes nothing at all.
+func TestDeletesReachDiskOnlyForWrittenKeys(t *testing.T) {
+	dir := t.TempDir()
+	clk := wallClock()
+	st := openPersistent(t, dir, FsyncEverySec, clk, nil)
+	for i := 0; i < 100; i++ {
+		run(st, throttleOp(fmt.Sprint("written", i), 5, 1, 60, 1))
+	}
+	st.persistAll()
+	require.Eventually(t, func() bool { return st.PersistStats().Changes >= 100 }, 5*time.Second, time.Millisecond)
+	for i := 0; i < 100; i++ {
+		run(st, &Op{Kind: OpDel, Key: []byte(fmt.Sprint("written", i))})
+		run(st, throttleOp(fmt.Sprint("transient", i), 5, 1, 60, 1))
+		run(st, &Op{Kind: OpDel, Key: []byte(fmt.Sprint("transient", i))})
+	}
+	st.persistAll()
+	require.Eventually(t, func() bool { return st.PersistStats().Changes >= 200 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, int64(200), st.PersistStats().Changes, "100 sets and 100 deletes, nothing for transient keys")
+	require.NoError(t, st.Close())
+	st = openPersistent(t, dir, FsyncEverySec, clk, nil)
+	defer st.Close()
+	assert.Equal(t, int64(0), st.PersistStats().KeysLoaded)
+}

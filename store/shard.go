@@ -35,9 +35,15 @@ type shard struct {
 	valBuf [valueLen]byte
 	snap   bool // pb starts with a full rewrite of the shard (resync)
 	// Changed keys are written as their latest value, once per write-out:
-	// dirty lists their entries (deletions go to pb at once, in order).
+	// dirty lists their entries; deleted keys wait in dels (disk keys back
+	// to back, delEnds marking where each ends). The write-out merges both
+	// into one batch sorted by disk key.
 	dirty      []uint32
+	dels       []byte
+	delEnds    []uint32
 	dirtyItems []dirtyItem
+	sortBuf    []dirtyItem
+	slotCount  []uint32
 
 	sweepPos uint32
 	sink     uint64 // keeps warm's loads from being optimized away
@@ -65,9 +71,12 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 	}
 }
 
+// dirtyItem is one key of a write-out: a changed entry (ref = entry index)
+// or a deleted key (ref = its index in delEnds).
 type dirtyItem struct {
 	slot uint16
-	ei   uint32
+	del  bool
+	ref  uint32
 }
 
 // warm hashes every key of the batch and touches the memory each lookup
@@ -169,37 +178,122 @@ func (sh *shard) runBatch(b *batch) {
 	b.wg.Done()
 }
 
-// writeDirty appends the latest value of every changed key to pb, sorted by
-// disk key: Pebble inserts a sorted batch into its memtable far faster.
+// writeDirty appends the latest state of every key changed since the last
+// write-out to pb: a Set for a live key, a Delete for a deleted one, each key
+// once, sorted by disk key. A sorted batch is what Pebble ingests fastest
+// (its sort of a large batch, and its memtable inserts, are then linear), so
+// deletions wait here instead of going to the batch as they happen.
 func (sh *shard) writeDirty() {
-	if len(sh.dirty) == 0 {
+	if len(sh.dirty) == 0 && len(sh.delEnds) == 0 {
 		return
 	}
 	items := sh.dirtyItems[:0]
+	size := 0
 	for _, ei := range sh.dirty {
 		e := sh.t.at(ei)
 		if !e.isFree() && e.isDirty() {
 			e.setDirty(false)
-			items = append(items, dirtyItem{uint16(cluster.KeySlot(sh.t.keyOf(e))), ei})
+			k := sh.t.keyOf(e)
+			items = append(items, dirtyItem{slot: uint16(cluster.KeySlot(k)), ref: ei})
+			size += len(k) + 3 + valueLen + 4
 		}
 	}
-	slices.SortFunc(items, func(a, b dirtyItem) int {
-		if a.slot != b.slot {
-			return int(a.slot) - int(b.slot)
+	start := uint32(0)
+	for i, end := range sh.delEnds {
+		items = append(items, dirtyItem{slot: uint16(sh.dels[start+1])<<8 | uint16(sh.dels[start+2]), del: true, ref: uint32(i)})
+		size += int(end-start) + 4
+		start = end
+	}
+	items = sh.sortItems(items)
+	b := sh.batchSized(size)
+	for i := 0; i < len(items); {
+		// A key deleted and created again since the last write-out shows up
+		// twice or more: its live entry, if any, is the latest state.
+		set, j := -1, i
+		for ; j < len(items) && items[j].slot == items[i].slot && bytes.Equal(sh.itemKey(items[j]), sh.itemKey(items[i])); j++ {
+			if !items[j].del {
+				set = j
+			}
 		}
-		return bytes.Compare(sh.t.keyOf(sh.t.at(a.ei)), sh.t.keyOf(sh.t.at(b.ei)))
-	})
-	b := sh.batch()
-	for _, it := range items {
-		e := sh.t.at(it.ei)
-		sh.keyBuf = encodeKey(sh.keyBuf, int(it.slot), sh.t.keyOf(e))
-		_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.exp()), nil)
+		if set >= 0 {
+			e := sh.t.at(items[set].ref)
+			e.setOnDisk()
+			sh.keyBuf = encodeKey(sh.keyBuf, int(items[set].slot), sh.t.keyOf(e))
+			_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.exp()), nil)
+		} else {
+			_ = b.Delete(sh.delKey(items[i].ref), nil)
+		}
+		i = j
 	}
-	sh.dirty = sh.dirty[:0]
-	if cap(sh.dirty) > 1<<16 && len(items) < cap(sh.dirty)/4 {
-		sh.dirty = nil // give back a burst's worth of memory
-	}
+	sh.clearDirty(len(items))
 	sh.dirtyItems = items[:0]
+}
+
+// sortItems orders write-out items by disk key: a counting sort by slot
+// (the shard owns a contiguous slot range), then a sort of each slot's few
+// keys by their bytes. A general sort of all items costs several times more
+// on the shard's goroutine.
+func (sh *shard) sortItems(items []dirtyItem) []dirtyItem {
+	if len(sh.slotCount) == 0 {
+		sh.slotCount = make([]uint32, sh.slotHi-sh.slotLo+1)
+	}
+	cnt := sh.slotCount
+	clear(cnt)
+	for _, it := range items {
+		cnt[int(it.slot)-sh.slotLo+1]++
+	}
+	for i := 1; i < len(cnt); i++ {
+		cnt[i] += cnt[i-1]
+	}
+	out := slices.Grow(sh.sortBuf[:0], len(items))[:len(items)]
+	for _, it := range items {
+		i := int(it.slot) - sh.slotLo
+		out[cnt[i]] = it
+		cnt[i]++
+	}
+	// cnt[i] is now the end of slot lo+i's run (and the start of the next).
+	start := uint32(0)
+	for _, end := range cnt[:len(cnt)-1] {
+		if end-start > 1 {
+			slices.SortFunc(out[start:end], func(a, b dirtyItem) int {
+				return bytes.Compare(sh.itemKey(a), sh.itemKey(b))
+			})
+		}
+		start = end
+	}
+	sh.sortBuf = items[:0]
+	return out
+}
+
+// itemKey returns the key (without the disk prefix) of a write-out item.
+func (sh *shard) itemKey(it dirtyItem) []byte {
+	if it.del {
+		return sh.delKey(it.ref)[3:]
+	}
+	return sh.t.keyOf(sh.t.at(it.ref))
+}
+
+// delKey returns the i-th pending deleted disk key.
+func (sh *shard) delKey(i uint32) []byte {
+	start := uint32(0)
+	if i > 0 {
+		start = sh.delEnds[i-1]
+	}
+	return sh.dels[start:sh.delEnds[i]]
+}
+
+// clearDirty forgets the pending changes (written out, or covered by a
+// rewrite), giving back a burst's worth of memory.
+func (sh *shard) clearDirty(used int) {
+	sh.dirty = sh.dirty[:0]
+	sh.dels = sh.dels[:0]
+	sh.delEnds = sh.delEnds[:0]
+	if cap(sh.dirty) > 1<<16 && used < cap(sh.dirty)/4 {
+		sh.dirty = nil
+	}
+	if cap(sh.delEnds) > 1<<16 && used < cap(sh.delEnds)/4 {
+		sh.dels, sh.delEnds = nil, nil
+	}
 }
 
 // sendChanges hands the batch's changes to the committer and arranges for
@@ -243,12 +337,13 @@ func (sh *shard) snapshot() {
 		_ = sh.pb.Close()
 		sh.pb = nil
 	}
-	b := sh.batch()
+	b := sh.batchSized(sh.t.len() * (inlineKey + 3 + valueLen + 4))
 	_ = b.DeleteRange(slotBound(sh.slotLo), slotBound(sh.slotHi), nil)
-	sh.dirty = sh.dirty[:0]
+	sh.clearDirty(0)
 	for i := uint32(0); i < sh.t.nent; i++ {
 		if e := sh.t.at(i); !e.isFree() {
 			e.setDirty(false)
+			e.setOnDisk()
 			key := sh.t.keyOf(e)
 			sh.keyBuf = encodeKey(sh.keyBuf, cluster.KeySlot(key), key)
 			_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.exp()), nil)
@@ -258,9 +353,13 @@ func (sh *shard) snapshot() {
 }
 
 // batch returns the pending change batch, creating it.
-func (sh *shard) batch() *pebble.Batch {
+func (sh *shard) batch() *pebble.Batch { return sh.batchSized(0) }
+
+// batchSized is batch with room for about size more bytes, so a large
+// write-out does not grow (and copy) the batch over and over.
+func (sh *shard) batchSized(size int) *pebble.Batch {
 	if sh.pb == nil {
-		sh.pb = sh.p.db().NewBatch()
+		sh.pb = sh.p.db().NewBatchWithSize(size)
 	}
 	return sh.pb
 }
@@ -276,12 +375,14 @@ func (sh *shard) markDirty(ei uint32) {
 	}
 }
 
+// recordDelete notes that key is gone, for the next write-out.
 func (sh *shard) recordDelete(key []byte) {
 	if sh.p == nil {
 		return
 	}
-	sh.keyBuf = encodeKey(sh.keyBuf, cluster.KeySlot(key), key)
-	_ = sh.batch().Delete(sh.keyBuf, nil)
+	slot := cluster.KeySlot(key)
+	sh.dels = append(append(sh.dels, prefixKey, byte(slot>>8), byte(slot)), key...)
+	sh.delEnds = append(sh.delEnds, uint32(len(sh.dels)))
 }
 
 func (sh *shard) publish() {
@@ -335,7 +436,7 @@ func (sh *shard) exec(op *Op) {
 	case OpFlush:
 		sh.t.reset()
 		sh.expires = 0
-		sh.dirty = sh.dirty[:0]
+		sh.clearDirty(0)
 		if sh.p != nil {
 			_ = sh.batch().DeleteRange(slotBound(sh.slotLo), slotBound(sh.slotHi), nil)
 		}
@@ -455,7 +556,9 @@ func (sh *shard) drop(ei uint32, onDisk bool) {
 	if e.exp() != noExpiry {
 		sh.expires--
 	}
-	if onDisk {
+	// A key never written out since it was created has nothing on disk to
+	// delete: under churn most keys come and go between two write-outs.
+	if onDisk && e.isOnDisk() {
 		sh.recordDelete(sh.t.keyOf(e))
 	}
 	sh.t.remove(ei)

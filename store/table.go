@@ -22,7 +22,7 @@ const inlineKey = 16
 type entry struct {
 	k    [inlineKey]byte // the key if short, else arena location (8 bytes) and length (4)
 	tat  uint64          // theoretical arrival time, Unix ns (the value GET returns)
-	meta uint64          // expiry (57 bits, signed) << 7 | dirty << 6 | free << 5 | inline length (31: long key)
+	meta uint64          // expiry (56 bits, signed) << 8 | onDisk << 7 | dirty << 6 | free << 5 | inline length (31: long key)
 }
 
 const (
@@ -30,10 +30,11 @@ const (
 	metaLongKey  = 31
 	metaFree     = 1 << 5
 	metaDirty    = 1 << 6
-	metaExpShift = 7
+	metaOnDisk   = 1 << 7 // some state of this key was written out since it was created
+	metaExpShift = 8
 	// metaNoExp is the stored expiry that stands for noExpiry: expiries are
-	// Unix ms and never come near 2^56.
-	metaNoExp = 1<<56 - 1
+	// Unix ms within ±1.9e13 (see package gcra) and never come near 2^55.
+	metaNoExp = 1<<55 - 1
 )
 
 // exp returns the expiry in Unix ms (the key is gone once now_ms > exp), or
@@ -53,8 +54,10 @@ func (e *entry) setExp(ms int64) {
 	e.meta = e.meta&(1<<metaExpShift-1) | uint64(ms)<<metaExpShift
 }
 
-func (e *entry) isFree() bool  { return e.meta&metaFree != 0 }
-func (e *entry) isDirty() bool { return e.meta&metaDirty != 0 }
+func (e *entry) isFree() bool   { return e.meta&metaFree != 0 }
+func (e *entry) isDirty() bool  { return e.meta&metaDirty != 0 }
+func (e *entry) isOnDisk() bool { return e.meta&metaOnDisk != 0 }
+func (e *entry) setOnDisk()     { e.meta |= metaOnDisk }
 
 func (e *entry) setDirty(d bool) {
 	if d {
