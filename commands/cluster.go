@@ -128,7 +128,7 @@ func registerCluster(t Table) {
 				sub("keyslot", 3, clusterKeySlot, "Returns the hash slot for a key.", "loading", "stale"),
 				sub("countkeysinslot", 3, clusterCountKeys, "Returns the number of keys in a hash slot.", "loading", "stale"),
 				sub("getkeysinslot", 4, clusterGetKeys, "Returns the key names in a hash slot.", "loading", "stale"),
-				sub("settopology", 3, clusterSetTopology, "cellserver: applies a versioned topology document (JSON).", "admin"),
+				slow(sub("settopology", 3, clusterSetTopology, "cellserver: applies a versioned topology document (JSON).", "admin")),
 				sub("importstate", -5, clusterImportState, "cellserver: merges limiter state of keys moved from another node.", "admin", "write"),
 				sub("help", 2, clusterHelp, "Returns helpful text about the different subcommands.", "loading", "stale"),
 			}},
@@ -584,4 +584,10 @@ func clusterHelp(_ *Client, w *Out, _ [][]byte) {
 		"HELP", "    Print this help.",
 	}
 	writeHelp(w, lines)
+}
+
+// slow marks c Slow (see Command.Slow).
+func slow(c *Command) *Command {
+	c.Slow = true
+	return c
 }

@@ -53,12 +53,14 @@ type Config struct {
 // Server executes commands against a store. Safe for concurrent use by
 // many connections.
 type Server struct {
-	cfg     Config
-	st      *store.Store
-	clock   *store.Clock
-	table   Table
-	started time.Time
-	log     *slog.Logger
+	cfg   Config
+	st    *store.Store
+	clock *store.Clock
+	table Table
+	// slowLens: see Table.slowLens.
+	slowLens uint64
+	started  time.Time
+	log      *slog.Logger
 
 	nextID      atomic.Int64
 	clientsMu   sync.Mutex
@@ -110,6 +112,7 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		stop:     make(chan struct{}),
 		opsLastT: time.Now(),
 	}
+	s.slowLens = s.table.slowLens()
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
@@ -311,6 +314,28 @@ func (c *Client) NewOp() *store.Op {
 func (c *Client) runNow() {
 	c.sess.Run()
 	c.nops = 0
+}
+
+// Slow reports whether a pipeline holds a Slow command (see Command.Slow).
+func (s *Server) Slow(cmds [][][]byte) bool {
+	for _, args := range cmds {
+		if len(args) == 0 || len(args[0]) >= 64 || s.slowLens&(1<<len(args[0])) == 0 {
+			continue
+		}
+		cmd := s.table.Lookup(args[0])
+		if cmd == nil {
+			continue
+		}
+		if cmd.Slow {
+			return true
+		}
+		if len(args) >= 2 {
+			if sc := cmd.sub(args[1]); sc != nil && sc.Slow {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Exec runs one pipeline: every command in cmds (each the full argv), with

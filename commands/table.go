@@ -25,8 +25,13 @@ type Command struct {
 	Group    string // COMMAND DOCS group
 	Summary  string // COMMAND DOCS summary
 	Since    string
-	NoAuth   bool     // may run before AUTH
-	Tips     []string // COMMAND tips, e.g. "request_policy:all_shards" (cluster clients fan out on it)
+	NoAuth   bool // may run before AUTH
+	// Slow marks a command that waits on other servers (or may run for
+	// seconds): the wire layer runs a pipeline holding one off its event
+	// loop, so the loop's other connections are not held up, and a node
+	// never waits on a peer that waits on it.
+	Slow bool
+	Tips []string // COMMAND tips, e.g. "request_policy:all_shards" (cluster clients fan out on it)
 
 	// Queue checks and parses args, queuing ops with c.Queue. A non-empty
 	// return is an error reply for this command, and no ops may be queued.
@@ -89,6 +94,23 @@ func (t Table) Lookup(name []byte) *Command {
 		return t[string(buf[:len(name)])]
 	}
 	return t[strings.ToLower(string(name))]
+}
+
+// slowLens is a bit set of the name lengths of commands that are Slow or
+// have Slow subcommands, so Slow can skip nearly every command with no
+// table lookup.
+func (t Table) slowLens() uint64 {
+	var m uint64
+	for name, c := range t {
+		slow := c.Slow
+		for _, sc := range c.Subcommands {
+			slow = slow || sc.Slow
+		}
+		if slow && len(name) < 64 && !strings.Contains(name, "|") {
+			m |= 1 << len(name)
+		}
+	}
+	return m
 }
 
 // sub finds a subcommand of c by name, case-insensitively.

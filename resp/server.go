@@ -3,6 +3,13 @@
 // hands each pipeline to the command layer and writes the replies back with
 // one write per pipeline. Replies are encoded with github.com/tidwall/redcon.
 //
+// Sockets are served by event loops (github.com/panjf2000/gnet, one loop
+// per CPU, epoll on Linux) rather than a goroutine per connection: a loop
+// reads every ready socket once per wake-up, as Redis does, where Go's
+// net package pays a second read syscall per request (the one that returns
+// EAGAIN) and a goroutine wake-up per connection. On this workload that
+// was 1.5x the throughput at pipeline depth 16 and 1.2x at depth 1.
+//
 // Requests are parsed here rather than by redcon's server loop because that
 // loop copies every command (two allocations per command), enforces no
 // size limits and words protocol errors differently from Redis.
@@ -14,10 +21,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellserver/cellserver/commands"
 )
@@ -70,15 +81,20 @@ func (c *Config) Validate() error {
 
 // Server serves the Redis protocol.
 type Server struct {
+	gnet.BuiltinEventEngine
+
 	cfg  Config
 	exec *commands.Server
-	ln   net.Listener
 
-	mu       sync.Mutex
-	conns    map[*conn]struct{}
-	wg       sync.WaitGroup
+	eng     gnet.Engine
+	addr    net.Addr
+	booted  chan struct{}
+	stopped chan struct{}
+	runErr  error // why the engine stopped; read after stopped is closed
+
+	nconns   atomic.Int64
+	detached sync.WaitGroup // Slow pipelines running off the loops
 	closing  atomic.Bool
-	serveErr chan error
 }
 
 // New returns a server that runs commands on exec.
@@ -87,198 +103,358 @@ func New(cfg Config, exec *commands.Server) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, exec: exec, conns: map[*conn]struct{}{}}, nil
+	return &Server{cfg: cfg, exec: exec, booted: make(chan struct{}), stopped: make(chan struct{})}, nil
 }
 
-// Listen binds the listen address. Addr reports the bound address.
+// Listen binds the listen address and starts the event loops; connections
+// are served from then on. Addr reports the bound address.
 func (s *Server) Listen() error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
+	// gnet reports a taken port as a setsockopt error; probing first gives
+	// the usual "bind: address already in use".
+	probe, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return err
 	}
-	s.ln = ln
-	return nil
-}
-
-// Addr is the bound address (after Listen).
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
-
-// Serve accepts connections until Shutdown. It returns nil after Shutdown.
-func (s *Server) Serve() error {
-	for {
-		nc, err := s.ln.Accept()
-		if err != nil {
-			if s.closing.Load() {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			return err
+	_ = probe.Close()
+	go func() {
+		s.runErr = gnet.Run(s, "tcp://"+s.cfg.Addr,
+			// One loop per usable CPU (GOMAXPROCS follows cgroup limits).
+			gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)),
+			gnet.WithReuseAddr(true),
+			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+			gnet.WithTCPKeepAlive(300*time.Second), // Redis's tcp-keepalive default
+			gnet.WithLogger(gnetLogger{s.cfg.Logger}))
+		close(s.stopped)
+	}()
+	select {
+	case <-s.booted:
+		return nil
+	case <-s.stopped:
+		if s.runErr == nil {
+			s.runErr = errors.New("server stopped while starting")
 		}
-		s.mu.Lock()
-		if len(s.conns) >= s.cfg.MaxClients || s.closing.Load() {
-			s.mu.Unlock()
-			s.exec.RejectConnection()
-			_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
-			_ = nc.Close()
-			continue
-		}
-		c := &conn{srv: s, nc: nc}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go c.serve()
+		return fmt.Errorf("listen tcp %s: %w", s.cfg.Addr, s.runErr)
 	}
 }
 
-// Shutdown stops accepting, lets every connection finish the pipeline it is
+// OnBoot records the engine and the bound address.
+func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
+	s.eng = eng
+	s.addr = boundAddr(eng, s.cfg.Addr)
+	close(s.booted)
+	return gnet.None
+}
+
+// boundAddr asks the kernel for the listener's address (the port may have
+// been 0), falling back to the configured one.
+func boundAddr(eng gnet.Engine, cfgAddr string) net.Addr {
+	fallback := func() net.Addr {
+		a, err := net.ResolveTCPAddr("tcp", cfgAddr)
+		if err != nil {
+			return &net.TCPAddr{}
+		}
+		return a
+	}
+	fd, err := eng.Dup()
+	if err != nil {
+		return fallback()
+	}
+	defer syscall.Close(fd)
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		return fallback()
+	}
+	switch a := sa.(type) {
+	case *syscall.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(a.Addr[:]).To16(), Port: a.Port}
+	case *syscall.SockaddrInet6:
+		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
+	}
+	return fallback()
+}
+
+// Addr is the bound address (after Listen).
+func (s *Server) Addr() net.Addr { return s.addr }
+
+// Serve blocks until the server stops. It returns nil after Shutdown.
+func (s *Server) Serve() error {
+	<-s.stopped
+	if s.closing.Load() {
+		return nil
+	}
+	return s.runErr
+}
+
+// Shutdown stops accepting, lets every event loop finish the pipeline it is
 // executing (its replies are written), then closes all connections. It
 // returns when they are gone or ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	if s.ln != nil {
-		_ = s.ln.Close()
+	select {
+	case <-s.booted:
+	default:
+		return nil // never started
 	}
-	s.mu.Lock()
-	for c := range s.conns {
-		// Wake readers; a connection mid-pipeline finishes it first.
-		_ = c.nc.SetReadDeadline(time.Now())
-	}
-	s.mu.Unlock()
+	err := s.eng.Stop(ctx)
 	done := make(chan struct{})
 	go func() {
-		s.wg.Wait()
+		<-s.stopped
+		s.detached.Wait()
 		close(done)
 	}()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
-		s.mu.Lock()
-		for c := range s.conns {
-			_ = c.nc.Close()
-		}
-		s.mu.Unlock()
-		<-done
 		return ctx.Err()
 	}
+	return err
 }
 
+// conn is one client connection's state, used only by its event loop.
 type conn struct {
-	srv *Server
-	nc  net.Conn
+	cl   *commands.Client
+	p    parser
+	buf  []byte // an unfinished request carried over between reads
+	out  commands.Out
+	cmds [][][]byte
+	// busy: a Slow pipeline runs on its own goroutine (see detach); what
+	// the client sends meanwhile waits in buf. closed: the connection
+	// closed while busy, so the goroutine's completion releases the client.
+	busy, closed bool
 }
 
-func (c *conn) serve() {
-	s := c.srv
-	cl := s.exec.NewClient(c.nc.RemoteAddr(), c.nc.LocalAddr())
+var errMaxClients = []byte("-ERR max number of clients reached\r\n")
+
+// OnOpen admits a connection, or refuses it over maxclients as Redis does.
+func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+	if s.nconns.Add(1) > int64(s.cfg.MaxClients) || s.closing.Load() {
+		s.exec.RejectConnection()
+		return errMaxClients, gnet.Close
+	}
+	c := &conn{
+		cl: s.exec.NewClient(gc.RemoteAddr(), gc.LocalAddr()),
+		p:  parser{protoMaxBulk: s.cfg.ProtoMaxBulkLen},
+	}
+	gc.SetContext(c)
+	return nil, gnet.None
+}
+
+// OnClose releases a connection.
+func (s *Server) OnClose(gc gnet.Conn, _ error) gnet.Action {
+	s.nconns.Add(-1)
+	if c, ok := gc.Context().(*conn); ok {
+		if c.busy {
+			c.closed = true // detach's completion releases the client
+		} else {
+			c.cl.Close()
+		}
+		gc.SetContext(nil)
+	}
+	return gnet.None
+}
+
+// OnTraffic runs every whole command the connection has sent.
+func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
+	c, ok := gc.Context().(*conn)
+	if !ok {
+		return gnet.Close
+	}
 	defer func() {
 		// A bug on this connection's path must not take the server down:
 		// log it and drop this connection only.
 		if r := recover(); r != nil {
-			s.cfg.Logger.Error("connection panicked; closing it", "addr", cl.Addr, "panic", r, "stack", string(debug.Stack()))
+			s.cfg.Logger.Error("connection panicked; closing it", "addr", c.cl.Addr, "panic", r, "stack", string(debug.Stack()))
+			action = gnet.Close
 		}
-		cl.Close()
-		_ = c.nc.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.wg.Done()
 	}()
-	p := parser{protoMaxBulk: s.cfg.ProtoMaxBulkLen}
-	buf := make([]byte, initialReadBuffer)
-	start, end := 0, 0
-	var out commands.Out
-	var cmds [][][]byte
-	for {
-		if s.closing.Load() {
-			return
-		}
-		n, err := c.nc.Read(buf[end:])
-		if n > 0 {
-			end += n
-			s.exec.CountNet(n, 0)
-		}
-		if err != nil {
-			return
-		}
-		if !c.process(cl, &p, buf, &start, end, &out, &cmds) {
-			return
-		}
-		// Compact or grow the buffer for the rest of an unfinished command.
-		if start == end {
-			start, end = 0, 0
-			if len(buf) > 4*initialReadBuffer {
-				buf = make([]byte, initialReadBuffer)
-			}
-		} else if end == len(buf) {
-			if start > 0 {
-				end = copy(buf, buf[start:end])
-				start = 0
-			} else {
-				if len(buf) >= s.cfg.MaxQueryBuffer {
-					s.cfg.Logger.Warn("closing client that reached max query buffer length", "addr", cl.Addr)
-					return
-				}
-				nb := make([]byte, min(2*len(buf), s.cfg.MaxQueryBuffer))
-				copy(nb, buf[:end])
-				buf = nb
-			}
-		}
+	data, err := gc.Next(-1)
+	if err != nil {
+		return gnet.Close
 	}
+	s.exec.CountNet(len(data), 0)
+	// Parse in place when nothing is carried over (the common case);
+	// otherwise append to the unfinished request first.
+	if len(c.buf) > 0 || c.busy {
+		if len(c.buf)+len(data) > s.cfg.MaxQueryBuffer {
+			s.cfg.Logger.Warn("closing client that reached max query buffer length", "addr", c.cl.Addr)
+			return gnet.Close
+		}
+		c.buf = append(c.buf, data...)
+		if c.busy {
+			return gnet.None
+		}
+		data = c.buf
+	}
+	return s.consume(gc, c, data)
 }
 
-// process runs every whole command in buf[*start:end], writing replies, and
-// reports whether the connection stays open.
-func (c *conn) process(cl *commands.Client, p *parser, buf []byte, start *int, end int, out *commands.Out, cmds *[][][]byte) bool {
-	s := c.srv
+// consume runs the whole commands in data and keeps the unfinished rest in
+// c.buf (data may be c.buf itself).
+func (s *Server) consume(gc gnet.Conn, c *conn, data []byte) gnet.Action {
+	used, open := s.process(gc, c, data)
+	rest := data[used:]
+	switch {
+	case !open:
+		return gnet.Close
+	case len(rest) == 0:
+		if cap(c.buf) > 4*initialReadBuffer {
+			c.buf = nil
+		} else {
+			c.buf = c.buf[:0]
+		}
+	case len(c.buf) > 0:
+		c.buf = c.buf[:copy(c.buf, rest)]
+	default:
+		if len(rest) > s.cfg.MaxQueryBuffer {
+			s.cfg.Logger.Warn("closing client that reached max query buffer length", "addr", c.cl.Addr)
+			return gnet.Close
+		}
+		c.buf = append(c.buf[:0], rest...)
+	}
+	return gnet.None
+}
+
+// process runs every whole command in buf, writing replies. It returns the
+// bytes consumed and whether the connection stays open.
+func (s *Server) process(gc gnet.Conn, c *conn, buf []byte) (int, bool) {
+	start := 0
 	for {
 		var perr error
-		for *start < end {
-			used, err := p.next(buf[*start:end], cl.Authenticated())
+		for start < len(buf) {
+			used, err := c.p.next(buf[start:], c.cl.Authenticated())
 			if err != nil {
 				if err != errIncomplete {
 					perr = err
 				}
 				break
 			}
-			*start += used
+			start += used
 			// AUTH changes the limits that apply to the next commands, so an
 			// unauthenticated client's commands run one at a time.
-			if !cl.Authenticated() && len(p.ends) > 0 {
+			if !c.cl.Authenticated() && len(c.p.ends) > 0 {
 				break
 			}
 		}
-		if len(p.ends) == 0 && perr == nil {
-			return true
+		if len(c.p.ends) == 0 && perr == nil {
+			return start, true
 		}
-		if len(p.ends) > 0 {
-			*cmds = p.commands((*cmds)[:0])
-			s.exec.Exec(cl, *cmds, out)
-			clear(*cmds)
-			p.reset()
+		if len(c.p.ends) > 0 {
+			c.cmds = c.p.commands(c.cmds[:0])
+			if s.exec.Slow(c.cmds) {
+				s.detach(gc, c, perr)
+				return start, true
+			}
+			s.exec.Exec(c.cl, c.cmds, &c.out)
+			clear(c.cmds)
+			c.p.reset()
 		}
+		if perr != nil {
+			c.out.WriteError("ERR " + perr.Error())
+		}
+		if len(c.out.B) > 0 {
+			// gnet keeps whatever the socket does not take at once.
+			if _, err := gc.Write(c.out.B); err != nil {
+				return start, false
+			}
+			s.exec.CountNet(0, len(c.out.B))
+			if cap(c.out.B) > maxKeptOutBuffer {
+				c.out.B = nil
+			} else {
+				c.out.B = c.out.B[:0]
+			}
+		}
+		if perr != nil || c.cl.Closing() {
+			return start, false
+		}
+	}
+}
+
+// detach runs the parsed pipeline, which holds a Slow command, on its own
+// goroutine; its replies (and perr's, if a protocol error followed it) go
+// out through the event loop, which then resumes the connection. Until then
+// the connection is busy: nothing else of it runs, so replies stay in order.
+func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
+	// The args point into buffers the loop reuses: copy them.
+	cmds := make([][][]byte, len(c.cmds))
+	for i, args := range c.cmds {
+		cmds[i] = make([][]byte, len(args))
+		for j, a := range args {
+			cmds[i][j] = append([]byte(nil), a...)
+		}
+	}
+	clear(c.cmds)
+	c.p.reset()
+	c.busy = true
+	s.detached.Add(1)
+	go func() {
+		defer s.detached.Done()
+		var out commands.Out
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					s.cfg.Logger.Error("command panicked", "addr", c.cl.Addr, "panic", r, "stack", string(debug.Stack()))
+				}
+			}()
+			s.exec.Exec(c.cl, cmds, &out)
+		}()
 		if perr != nil {
 			out.WriteError("ERR " + perr.Error())
 		}
-		if len(out.B) > 0 {
-			if _, err := c.nc.Write(out.B); err != nil {
-				return false
+		quit := perr != nil || c.cl.Closing()
+		n := len(out.B)
+		err := gc.AsyncWrite(out.B, func(gc gnet.Conn, werr error) error {
+			// On the event loop again.
+			c.busy = false
+			if c.closed {
+				c.cl.Close()
+				return nil
 			}
-			s.exec.CountNet(0, len(out.B))
-			if cap(out.B) > maxKeptOutBuffer {
-				out.B = nil
-			} else {
-				out.B = out.B[:0]
+			s.exec.CountNet(0, n)
+			if werr != nil || quit {
+				return gc.Close()
 			}
+			if len(c.buf) > 0 && s.resume(gc, c) == gnet.Close {
+				return gc.Close()
+			}
+			return nil
+		})
+		if err != nil {
+			// The engine is shutting down: the connection is gone (or
+			// about to be) and the callback will not run.
+			c.cl.Close()
 		}
-		if perr != nil || cl.Closing() {
-			return false
+	}()
+}
+
+// resume runs what a busy connection received meanwhile.
+func (s *Server) resume(gc gnet.Conn, c *conn) (action gnet.Action) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.cfg.Logger.Error("connection panicked; closing it", "addr", c.cl.Addr, "panic", r, "stack", string(debug.Stack()))
+			action = gnet.Close
 		}
-	}
+	}()
+	return s.consume(gc, c, c.buf)
+}
+
+// gnetLogger sends gnet's log lines to slog; its routine start-up lines are
+// debug detail.
+type gnetLogger struct{ l *slog.Logger }
+
+func (g gnetLogger) Debugf(format string, args ...any) {
+	g.l.Debug("gnet: " + fmt.Sprintf(format, args...))
+}
+func (g gnetLogger) Infof(format string, args ...any) {
+	g.l.Debug("gnet: " + fmt.Sprintf(format, args...))
+}
+func (g gnetLogger) Warnf(format string, args ...any) {
+	g.l.Warn("gnet: " + fmt.Sprintf(format, args...))
+}
+func (g gnetLogger) Errorf(format string, args ...any) {
+	g.l.Error("gnet: " + fmt.Sprintf(format, args...))
+}
+func (g gnetLogger) Fatalf(format string, args ...any) {
+	g.l.Error("gnet: fatal: " + fmt.Sprintf(format, args...))
 }

@@ -1337,3 +1337,50 @@ func TestClusterIORedis(t *testing.T) {
 		}
 	}
 }
+
+// Two nodes hand slots to each other in one topology change, each with one
+// event loop (GOMAXPROCS=1). Each node's SETTOPOLOGY pushes state to the other
+// before it replies; if that push waited on the node's only event loop, each
+// node would wait for the other until the push timed out. The change must
+// finish well within the apply timeout and keep the exhausted keys limited.
+func TestClusterSwapSlotsBothWays(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "1")
+	nodes := clStartNodes(t, 2)
+	doc := clInit(t, nodes, 1)
+	clApplyOK(t, doc)
+	rdb := clClusterClient(t, nodes)
+	ctx := ctxT(t, 60*time.Second)
+
+	// Node 1 owns [0, 8191], node 2 [8192, 16383]. Epoch 2 swaps
+	// [4000, 5999] (to node 2) and [10000, 11999] (to node 1).
+	require.Equal(t, [][2]int{{0, 8191}}, doc.Shards[0].Slots)
+	a := clKeysInSlots("a:", 20, func(s int) bool { return 4000 <= s && s <= 5999 })
+	b := clKeysInSlots("b:", 20, func(s int) bool { return 10000 <= s && s <= 11999 })
+	for _, k := range append(append([]string{}, a...), b...) {
+		for i, want := range []int64{0, 0, 1} { // burst 2: the third call is limited
+			r, err := clThrottle(ctx, rdb, k, 1, 1, 3600)
+			require.NoError(t, err, k)
+			require.Equal(t, want, r[0], "%s call %d", k, i+1)
+		}
+	}
+	doc2 := doc.clone()
+	doc2.Epoch = 2
+	doc2.Shards[0].Slots = [][2]int{{0, 3999}, {6000, 8191}, {10000, 11999}}
+	doc2.Shards[1].Slots = [][2]int{{4000, 5999}, {8192, 9999}, {12000, 16383}}
+	start := time.Now()
+	clApplyOK(t, doc2, "--timeout", "20s")
+	assert.Less(t, time.Since(start), 10*time.Second, "a slot swap should not wait on push timeouts")
+
+	cs := clClients(t, nodes)
+	for _, k := range a {
+		assert.Equal(t, int64(1), cs[1].Exists(ctx, k).Val(), "%s moved to node 2", k)
+	}
+	for _, k := range b {
+		assert.Equal(t, int64(1), cs[0].Exists(ctx, k).Val(), "%s moved to node 1", k)
+	}
+	for _, k := range append(append([]string{}, a...), b...) {
+		r, err := clThrottle(ctx, rdb, k, 1, 1, 3600)
+		require.NoError(t, err, k)
+		assert.Equal(t, int64(1), r[0], "%s is still limited after the swap", k)
+	}
+}
