@@ -305,7 +305,11 @@ func (s *Server) consume(gc gnet.Conn, c *conn, data []byte) gnet.Action {
 			c.buf = c.buf[:0]
 		}
 	case len(c.buf) > 0:
-		c.buf = c.buf[:copy(c.buf, rest)]
+		// data is c.buf: shift the rest down, unless nothing was used (a
+		// large request arriving in many reads must not be copied per read).
+		if used > 0 {
+			c.buf = c.buf[:copy(c.buf, rest)]
+		}
 	default:
 		if len(rest) > s.cfg.MaxQueryBuffer {
 			s.cfg.Logger.Warn("closing client that reached max query buffer length", "addr", c.cl.Addr)
