@@ -181,6 +181,13 @@ func openDB(dir string, fs vfs.FS, memTable uint64, log *slog.Logger) (*pebble.D
 		FormatMajorVersion: pebbleFormat,
 		Logger:             pebbleLogger{log},
 		MemTableSize:       memTable,
+		// Every write-out is a batch of random keys spread over the whole
+		// keyspace, so each L0 file overlaps all of Lbase: letting more L0
+		// files gather before an L0 compaction rewrites Lbase once for
+		// several write-outs instead of once per write-out.
+		L0CompactionThreshold:     16,
+		L0CompactionFileThreshold: 1000,
+		L0StopWritesThreshold:     64,
 	}
 	// Values are 16 binary bytes and keys share prefixes that blocks already
 	// compress: snappy would cost flush and compaction CPU for little space.
