@@ -159,6 +159,9 @@ func (sh *shard) loop() {
 			// last changes to the committer, which Close drains next.
 			sh.writeDirty()
 			sh.sendChanges(nil)
+			// The batch holds copies of the keys; nothing reads the table
+			// once this goroutine is gone.
+			sh.t.release()
 			return
 		}
 	}

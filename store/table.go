@@ -76,7 +76,7 @@ func (e *entry) keyLen() int {
 }
 
 const (
-	entryPageBits = 12
+	entryPageBits = 16 // 2 MiB pages: one huge page each (see flatmem.go)
 	entryPageSize = 1 << entryPageBits
 	arenaPageSize = 1 << 20
 	idxEmpty      = 0
@@ -178,7 +178,7 @@ func (t *table) insertHash(key []byte, h uint64) uint32 {
 	} else {
 		ei = t.nent
 		if ei>>entryPageBits == uint32(len(t.pages)) {
-			t.pages = append(t.pages, make([]entry, entryPageSize))
+			t.pages = append(t.pages, flatAlloc[entry](entryPageSize))
 		}
 		t.nent++
 	}
@@ -243,7 +243,9 @@ func (t *table) rehash() {
 	for n < (t.live+1)*2 { // load at most 1/2 after a rebuild, 3/4 before the next
 		n *= 2
 	}
-	t.idx = make([]uint64, n)
+	old := t.idx
+	t.idx = flatAlloc[uint64](n)
+	defer flatFree(old)
 	t.used = 0
 	for i := uint32(0); i < t.nent; i++ {
 		e := t.at(i)
@@ -267,7 +269,20 @@ func (t *table) compact() {
 }
 
 // reset drops every key.
-func (t *table) reset() { *t = *newTable(t.seed) }
+func (t *table) reset() {
+	t.release()
+	*t = *newTable(t.seed)
+}
+
+// release gives back the index and entry pages; t must not be used after
+// (except through reset).
+func (t *table) release() {
+	flatFree(t.idx)
+	for _, p := range t.pages {
+		flatFree(p)
+	}
+	t.idx, t.pages = nil, nil
+}
 
 // arena stores key bytes in 1 MiB pages (a longer key gets a page of its own),
 // so it grows without copying and holds no per-key pointers.

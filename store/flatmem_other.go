@@ -1,0 +1,7 @@
+//go:build !linux
+
+package store
+
+func mapAnon(int) []byte { return nil }
+
+func unmapAnon([]byte) {}
