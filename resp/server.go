@@ -229,7 +229,11 @@ var errMaxClients = []byte("-ERR max number of clients reached\r\n")
 
 // OnOpen admits a connection, or refuses it over maxclients as Redis does.
 func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
-	if s.nconns.Add(1) > int64(s.cfg.MaxClients) || s.closing.Load() {
+	s.nconns.Add(1) // OnClose runs for every opened connection, refused ones too
+	if s.closing.Load() {
+		return nil, gnet.Close // shutting down: no new clients, no reply
+	}
+	if s.nconns.Load() > int64(s.cfg.MaxClients) {
 		s.exec.RejectConnection()
 		return errMaxClients, gnet.Close
 	}
