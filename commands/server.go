@@ -59,8 +59,10 @@ type Server struct {
 	table Table
 	// slowLens: see Table.slowLens.
 	slowLens uint64
-	started  time.Time
-	log      *slog.Logger
+	// syncWrites: writes wait for fsync (see Slow).
+	syncWrites bool
+	started    time.Time
+	log        *slog.Logger
 
 	nextID      atomic.Int64
 	clientsMu   sync.Mutex
@@ -113,6 +115,7 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		opsLastT: time.Now(),
 	}
 	s.slowLens = s.table.slowLens()
+	s.syncWrites = st.SyncsWrites()
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
@@ -317,7 +320,21 @@ func (c *Client) runNow() {
 }
 
 // Slow reports whether a pipeline holds a Slow command (see Command.Slow).
+//
+// Under --fsync always every write waits for its fsync: a pipeline with a
+// write counts as Slow then, so that many connections wait at once and
+// share each fsync (group commit) instead of an event loop waiting for one
+// connection's fsync after another.
 func (s *Server) Slow(cmds [][][]byte) bool {
+	if s.syncWrites {
+		for _, args := range cmds {
+			if len(args) > 0 {
+				if cmd := s.table.Lookup(args[0]); cmd != nil && cmd.write {
+					return true
+				}
+			}
+		}
+	}
 	for _, args := range cmds {
 		if len(args) == 0 || len(args[0]) >= 64 || s.slowLens&(1<<len(args[0])) == 0 {
 			continue
