@@ -59,10 +59,8 @@ type Server struct {
 	table Table
 	// slowLens: see Table.slowLens.
 	slowLens uint64
-	// syncWrites: writes wait for fsync (see Slow).
-	syncWrites bool
-	started    time.Time
-	log        *slog.Logger
+	started  time.Time
+	log      *slog.Logger
 
 	nextID      atomic.Int64
 	clientsMu   sync.Mutex
@@ -114,8 +112,18 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		stop:     make(chan struct{}),
 		opsLastT: time.Now(),
 	}
+	if st.SyncsWrites() {
+		// Under --fsync always every write waits for its fsync: run writes
+		// off the event loops so that many connections wait at once and
+		// share each fsync (group commit), instead of a loop waiting for one
+		// connection's fsync after another.
+		for _, c := range s.table {
+			if c.write {
+				c.Slow = true
+			}
+		}
+	}
 	s.slowLens = s.table.slowLens()
-	s.syncWrites = st.SyncsWrites()
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
@@ -320,21 +328,7 @@ func (c *Client) runNow() {
 }
 
 // Slow reports whether a pipeline holds a Slow command (see Command.Slow).
-//
-// Under --fsync always every write waits for its fsync: a pipeline with a
-// write counts as Slow then, so that many connections wait at once and
-// share each fsync (group commit) instead of an event loop waiting for one
-// connection's fsync after another.
 func (s *Server) Slow(cmds [][][]byte) bool {
-	if s.syncWrites {
-		for _, args := range cmds {
-			if len(args) > 0 {
-				if cmd := s.table.Lookup(args[0]); cmd != nil && cmd.write {
-					return true
-				}
-			}
-		}
-	}
 	for _, args := range cmds {
 		if len(args) == 0 || len(args[0]) >= 64 || s.slowLens&(1<<len(args[0])) == 0 {
 			continue

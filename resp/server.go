@@ -265,14 +265,7 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 	if !ok {
 		return gnet.Close
 	}
-	defer func() {
-		// A bug on this connection's path must not take the server down:
-		// log it and drop this connection only.
-		if r := recover(); r != nil {
-			s.cfg.Logger.Error("connection panicked; closing it", "addr", c.cl.Addr, "panic", r, "stack", string(debug.Stack()))
-			action = gnet.Close
-		}
-	}()
+	defer s.recoverConn(c, &action)
 	data, err := gc.Next(-1)
 	if err != nil {
 		return gnet.Close
@@ -281,8 +274,7 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 	// Parse in place when nothing is carried over (the common case);
 	// otherwise append to the unfinished request first.
 	if len(c.buf) > 0 || c.busy {
-		if len(c.buf)+len(data) > s.cfg.MaxQueryBuffer {
-			s.cfg.Logger.Warn("closing client that reached max query buffer length", "addr", c.cl.Addr)
+		if s.overQueryBuffer(c, len(c.buf)+len(data)) {
 			return gnet.Close
 		}
 		c.buf = append(c.buf, data...)
@@ -292,6 +284,25 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 		data = c.buf
 	}
 	return s.consume(gc, c, data)
+}
+
+// overQueryBuffer reports (and logs) that a connection would buffer more
+// than MaxQueryBuffer bytes of unfinished request.
+func (s *Server) overQueryBuffer(c *conn, n int) bool {
+	if n <= s.cfg.MaxQueryBuffer {
+		return false
+	}
+	s.cfg.Logger.Warn("closing client that reached max query buffer length", "addr", c.cl.Addr)
+	return true
+}
+
+// recoverConn, deferred, turns a panic on a connection's path into closing
+// that connection: a bug there must not take the server down.
+func (s *Server) recoverConn(c *conn, action *gnet.Action) {
+	if r := recover(); r != nil {
+		s.cfg.Logger.Error("connection panicked; closing it", "addr", c.cl.Addr, "panic", r, "stack", string(debug.Stack()))
+		*action = gnet.Close
+	}
 }
 
 // consume runs the whole commands in data and keeps the unfinished rest in
@@ -315,8 +326,7 @@ func (s *Server) consume(gc gnet.Conn, c *conn, data []byte) gnet.Action {
 			c.buf = c.buf[:copy(c.buf, rest)]
 		}
 	default:
-		if len(rest) > s.cfg.MaxQueryBuffer {
-			s.cfg.Logger.Warn("closing client that reached max query buffer length", "addr", c.cl.Addr)
+		if s.overQueryBuffer(c, len(rest)) {
 			return gnet.Close
 		}
 		c.buf = append(c.buf[:0], rest...)
@@ -438,12 +448,7 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 
 // resume runs what a busy connection received meanwhile.
 func (s *Server) resume(gc gnet.Conn, c *conn) (action gnet.Action) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.cfg.Logger.Error("connection panicked; closing it", "addr", c.cl.Addr, "panic", r, "stack", string(debug.Stack()))
-			action = gnet.Close
-		}
-	}()
+	defer s.recoverConn(c, &action)
 	return s.consume(gc, c, c.buf)
 }
 

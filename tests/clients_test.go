@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -435,7 +436,7 @@ func checkExpect(r *redis.Cmd, e expect) string {
 		}
 	case '*':
 		ints, ok := asInts(v)
-		if err != nil || !ok || !equalInts(ints, e.arr) {
+		if err != nil || !ok || !slices.Equal(ints, e.arr) {
 			return fmt.Sprintf("got %v, %v; want %v", v, err, e.arr)
 		}
 	}

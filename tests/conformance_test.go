@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -197,7 +198,7 @@ func checkVector(vc vecCmds) []string {
 		bad = append(bad, fmt.Sprintf("%s at %d: got error %q; want %v", call, v.now, err, v.reply))
 	default:
 		ints, ok := asInts(got)
-		if !ok || !equalInts(ints, v.reply) {
+		if !ok || !slices.Equal(ints, v.reply) {
 			bad = append(bad, fmt.Sprintf("%s at %d: got %v; want %v", call, v.now, got, v.reply))
 		}
 	}
@@ -278,18 +279,6 @@ func asInts(v any) ([]int64, bool) {
 		out[i] = n
 	}
 	return out, true
-}
-
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // errorVector is one line of errors.jsonl.

@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,7 +63,7 @@ func TestBinaryKeys(t *testing.T) {
 	got, err := rdb.Keys(ctx, "*").Result()
 	require.NoError(t, err)
 	sort.Strings(got)
-	require.True(t, equalStrings(sorted, got), "KEYS * must return every key byte-exact, got %d keys: %q", len(got), clipAll(got))
+	require.True(t, slices.Equal(sorted, got), "KEYS * must return every key byte-exact, got %d keys: %q", len(got), clipAll(got))
 
 	scanned := map[string]bool{}
 	it := rdb.Scan(ctx, 0, "", 3).Iterator()
@@ -105,18 +106,6 @@ func TestBinaryKeys(t *testing.T) {
 		require.Equal(t, redis.Nil, err)
 	}
 	require.Equal(t, int64(0), rdb.DBSize(ctx).Val())
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func clipAll(ss []string) []string {

@@ -242,14 +242,7 @@ func runScenario(ctx context.Context, e *env, sc scenario, systems []system, loa
 				logf("   preloading %s keys %d..%d into %s", sc.Prefix, from, sc.Preload, s.name)
 				params := sc.Params
 				st, err := bench.Load(ctx, bench.LoadSpec{Addr: s.proc.Addr, Prefix: sc.Prefix, From: from, To: sc.Preload,
-					Command: func(key []byte) [][]byte {
-						a := s.argv(string(key), params)
-						out := make([][]byte, len(a))
-						for i := range a {
-							out[i] = []byte(a[i])
-						}
-						return out
-					},
+					Command:  func(key []byte) [][]byte { return byteArgs(s.argv(string(key), params)) },
 					Progress: func(n int) { logf("   ... %d keys", n) }})
 				if err != nil {
 					return fmt.Errorf("preload %s: %w", s.name, err)
@@ -439,4 +432,13 @@ func (r *compareResult) find(scenario, system string) (summary, error) {
 		}
 	}
 	return summary{}, errNoResult
+}
+
+// byteArgs converts an argv to the byte slices bench.Load sends.
+func byteArgs(a []string) [][]byte {
+	out := make([][]byte, len(a))
+	for i := range a {
+		out[i] = []byte(a[i])
+	}
+	return out
 }

@@ -134,14 +134,7 @@ func memoryOne(ctx context.Context, e *env, name string, n int, params []string)
 
 	loadStart := time.Now()
 	st, err := bench.Load(ctx, bench.LoadSpec{Addr: p.Addr, Prefix: memPrefix, From: 0, To: n,
-		Command: func(key []byte) [][]byte {
-			a := argv(string(key))
-			out := make([][]byte, len(a))
-			for i := range a {
-				out[i] = []byte(a[i])
-			}
-			return out
-		},
+		Command:  func(key []byte) [][]byte { return byteArgs(argv(string(key))) },
 		Progress: func(k int) { logf("   ... %d keys", k) }})
 	if err != nil {
 		return row, err
