@@ -36,11 +36,13 @@ type shard struct {
 	snap   bool // pb starts with a full rewrite of the shard (resync)
 	// Changed keys are written as their latest value, once per write-out:
 	// dirty lists their entries; deleted keys wait in dels (disk keys back
-	// to back, delEnds marking where each ends). The write-out merges both
-	// into one batch sorted by disk key.
+	// to back, delEnds marking where each ends). The write-out copies each
+	// changed key's disk key and value to sets, then merges both into one
+	// batch sorted by disk key.
 	dirty      []uint32
 	dels       []byte
-	delEnds    []uint32
+	delEnds    []int
+	sets       []byte
 	dirtyItems []dirtyItem
 	sortBuf    []dirtyItem
 	slotCount  []uint32
@@ -71,12 +73,13 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 	}
 }
 
-// dirtyItem is one key of a write-out: a changed entry (ref = entry index)
-// or a deleted key (ref = its index in delEnds).
+// dirtyItem is one key of a write-out: a changed key, whose disk key is
+// sets[start:end] followed by its value, or a deleted one, whose disk key is
+// dels[start:end].
 type dirtyItem struct {
-	slot uint16
-	del  bool
-	ref  uint32
+	start, end int
+	slot       uint16
+	del        bool
 }
 
 // warm hashes every key of the batch and touches the memory each lookup
@@ -186,47 +189,63 @@ func (sh *shard) runBatch(b *batch) {
 // once, sorted by disk key. A sorted batch is what Pebble ingests fastest
 // (its sort of a large batch, and its memtable inserts, are then linear), so
 // deletions wait here instead of going to the batch as they happen.
+//
+// At millions of keys every entry read is a cache miss, so each changed
+// entry is read once: its disk key and value are copied to sets, and the
+// sort and the merge work on those copies.
 func (sh *shard) writeDirty() {
 	if len(sh.dirty) == 0 && len(sh.delEnds) == 0 {
 		return
 	}
 	items := sh.dirtyItems[:0]
-	size := 0
+	sets := sh.sets[:0]
 	for _, ei := range sh.dirty {
 		e := sh.t.at(ei)
-		if !e.isFree() && e.isDirty() {
-			e.setDirty(false)
-			k := sh.t.keyOf(e)
-			items = append(items, dirtyItem{slot: uint16(cluster.KeySlot(k)), ref: ei})
-			size += len(k) + 3 + valueLen + 4
+		if e.isFree() || !e.isDirty() {
+			continue
 		}
+		// A live entry is the latest state of its key: it is written,
+		// whatever deletions of the same key are pending.
+		e.setDirty(false)
+		e.setOnDisk()
+		k := sh.t.keyOf(e)
+		slot := cluster.KeySlot(k)
+		start := len(sets)
+		sets = append(sets, prefixKey, byte(slot>>8), byte(slot))
+		sets = append(sets, k...)
+		end := len(sets)
+		sets = append(sets, encodeValue(&sh.valBuf, e.tat, e.exp())...)
+		items = append(items, dirtyItem{start: start, end: end, slot: uint16(slot)})
 	}
-	start := uint32(0)
-	for i, end := range sh.delEnds {
-		items = append(items, dirtyItem{slot: uint16(sh.dels[start+1])<<8 | uint16(sh.dels[start+2]), del: true, ref: uint32(i)})
-		size += int(end-start) + 4
+	sh.sets = sets
+	start := 0
+	for _, end := range sh.delEnds {
+		items = append(items, dirtyItem{start: start, end: end, slot: uint16(sh.dels[start+1])<<8 | uint16(sh.dels[start+2]), del: true})
 		start = end
 	}
 	items = sh.sortItems(items)
-	b := sh.batchSized(size)
+	b := sh.batchSized(len(sets) + len(sh.dels) + 4*len(items))
 	for i := 0; i < len(items); {
 		// A key deleted and created again since the last write-out shows up
 		// twice or more: its live entry, if any, is the latest state.
 		set, j := -1, i
-		for ; j < len(items) && items[j].slot == items[i].slot && bytes.Equal(sh.itemKey(items[j]), sh.itemKey(items[i])); j++ {
+		key := sh.itemKey(items[i])
+		for ; j < len(items) && items[j].slot == items[i].slot && bytes.Equal(sh.itemKey(items[j]), key); j++ {
 			if !items[j].del {
 				set = j
 			}
 		}
 		if set >= 0 {
-			e := sh.t.at(items[set].ref)
-			e.setOnDisk()
-			sh.keyBuf = encodeKey(sh.keyBuf, int(items[set].slot), sh.t.keyOf(e))
-			_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.exp()), nil)
+			it := items[set]
+			_ = b.Set(sets[it.start:it.end], sets[it.end:it.end+valueLen], nil)
 		} else {
-			_ = b.Delete(sh.delKey(items[i].ref), nil)
+			_ = b.Delete(key, nil)
 		}
 		i = j
+	}
+	sh.sets = sets[:0]
+	if cap(sets) > 1<<20 && len(sets) < cap(sets)/4 {
+		sh.sets = nil // give back a burst's worth of memory
 	}
 	sh.clearDirty(len(items))
 	sh.dirtyItems = items[:0]
@@ -268,21 +287,12 @@ func (sh *shard) sortItems(items []dirtyItem) []dirtyItem {
 	return out
 }
 
-// itemKey returns the key (without the disk prefix) of a write-out item.
+// itemKey returns the disk key of a write-out item.
 func (sh *shard) itemKey(it dirtyItem) []byte {
 	if it.del {
-		return sh.delKey(it.ref)[3:]
+		return sh.dels[it.start:it.end]
 	}
-	return sh.t.keyOf(sh.t.at(it.ref))
-}
-
-// delKey returns the i-th pending deleted disk key.
-func (sh *shard) delKey(i uint32) []byte {
-	start := uint32(0)
-	if i > 0 {
-		start = sh.delEnds[i-1]
-	}
-	return sh.dels[start:sh.delEnds[i]]
+	return sh.sets[it.start:it.end]
 }
 
 // clearDirty forgets the pending changes (written out, or covered by a
@@ -385,7 +395,7 @@ func (sh *shard) recordDelete(key []byte) {
 	}
 	slot := cluster.KeySlot(key)
 	sh.dels = append(append(sh.dels, prefixKey, byte(slot>>8), byte(slot)), key...)
-	sh.delEnds = append(sh.delEnds, uint32(len(sh.dels)))
+	sh.delEnds = append(sh.delEnds, len(sh.dels))
 }
 
 func (sh *shard) publish() {
