@@ -48,6 +48,7 @@ func scenarios(c config) []scenario {
 	bigName := fmt.Sprintf("live%s-p16", short(big))
 	return []scenario{
 		{Name: "ping-p16", Title: "PING, the wire's ceiling: 50 clients, pipeline 16", Pipeline: 16, Ping: true},
+		{Name: "ping-p1", Title: "PING without pipelining, the ceiling at depth 1: 50 clients", Pipeline: 1, Ping: true},
 		{Name: "rand100k-p1", Title: "100k random keys, no pipelining", Pipeline: 1, Keyspace: 100_000, Key: "key:__rand_int__", Params: p},
 		{Name: "rand100k-p16", Title: "100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000, Key: "key:__rand_int__", Params: p},
 		{Name: "hot-p16", Title: "one hot key shared by all clients, pipeline 16", Pipeline: 16, Key: "hot:key", Params: p},
