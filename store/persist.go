@@ -129,34 +129,11 @@ type persister struct {
 }
 
 type commitReq struct {
-	b     *pebble.Batch // may be nil: only wait for earlier changes
-	wo    *writeBufs    // a write-out, built into a batch after b's changes
-	count int64         // changes in b and wo, for the pending count
-	wg    *sync.WaitGroup
-	sh    *shard
-	n     uint64 // shard's send sequence number of this request
-	snap  bool   // b holds the shard's whole state (a resync)
-}
-
-// prepare turns r's write-out, if any, into batch changes after b's own
-// (keep false: it is dropped) and gives its buffers back to the shard.
-// It reports whether r has a batch to commit.
-func (p *persister) prepare(r *commitReq, keep bool) bool {
-	if w := r.wo; w != nil {
-		if keep {
-			if r.b == nil {
-				r.b = p.db().NewBatchWithSize(w.size())
-			}
-			w.build(r.b)
-		}
-		r.wo = nil
-		r.sh.recycle(w)
-	}
-	if r.b != nil && !keep {
-		_ = r.b.Close()
-		r.b = nil
-	}
-	return r.b != nil
+	b    *pebble.Batch // may be nil: only wait for earlier changes
+	wg   *sync.WaitGroup
+	sh   *shard
+	n    uint64 // shard's send sequence number of this request
+	snap bool   // b holds the shard's whole state (a resync)
 }
 
 // errPebbleFatal marks an error Pebble reported through Logger.Fatalf: its
@@ -350,19 +327,19 @@ func (p *persister) loop() {
 		// sync once: no copying of batches into a merged one.
 		todo := failed
 		failed = nil
-		for i := range reqs {
-			r := &reqs[i]
-			if r.b == nil && r.wo == nil {
+		for _, r := range reqs {
+			if r.b == nil {
 				continue
 			}
-			p.pending.Add(-r.count)
+			p.pending.Add(-int64(r.b.Count()))
 			if r.snap {
 				delete(needSnap, r.sh)
 			}
-			// After a fatal error memory is the truth; the resync rewrites it.
-			if p.prepare(r, !broken && !needSnap[r.sh]) {
-				todo = append(todo, r.b)
+			if broken || needSnap[r.sh] {
+				_ = r.b.Close() // memory is the truth; the resync rewrites it
+				continue
 			}
+			todo = append(todo, r.b)
 		}
 		committed := false
 		for i, b := range todo {

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"bytes"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,18 +35,17 @@ type shard struct {
 	valBuf [valueLen]byte
 	snap   bool // pb starts with a full rewrite of the shard (resync)
 	// Changed keys are written as their latest value, once per write-out:
-	// dirty lists their entries, and wb collects the write-out's copies of
-	// them and the keys deleted meanwhile. wo is the write-out in progress
-	// (see startWriteOut); seq orders copies and deletions, so the latest
-	// state of a key wins. outWB is a finished write-out on its way to the
-	// committer, which gives it back through spareWB.
-	dirty     []uint32
-	wb        *writeBufs
-	outWB     *writeBufs
-	spareWB   chan *writeBufs
-	wo        writeOut
-	seq       uint64
-	spareList []uint32 // the last write-out's list, for the next to reuse
+	// dirty lists their entries; deleted keys wait in dels (disk keys back
+	// to back, delEnds marking where each ends). The write-out copies each
+	// changed key's disk key and value to sets, then merges both into one
+	// batch sorted by disk key.
+	dirty      []uint32
+	dels       []byte
+	delEnds    []int
+	sets       []byte
+	dirtyItems []dirtyItem
+	sortBuf    []dirtyItem
+	slotCount  []uint32
 
 	sweepPos uint32
 	sink     uint64 // keeps warm's loads from being optimized away
@@ -60,38 +61,26 @@ type shard struct {
 func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 	lo, hi := shardSlots(id, cfg.Shards)
 	return &shard{
-		id:      id,
-		cfg:     cfg,
-		clock:   cfg.Clock,
-		in:      make(chan *batch, 256),
-		quit:    make(chan struct{}),
-		t:       newTable(seed),
-		slotLo:  lo,
-		slotHi:  hi,
-		p:       p,
-		wb:      newWriteBufs(lo, hi),
-		spareWB: make(chan *writeBufs, 1),
+		id:     id,
+		cfg:    cfg,
+		clock:  cfg.Clock,
+		in:     make(chan *batch, 256),
+		quit:   make(chan struct{}),
+		t:      newTable(seed),
+		slotLo: lo,
+		slotHi: hi,
+		p:      p,
 	}
 }
 
-// writeOut is a write-out in progress. The entries changed before it began
-// (list) are copied to sets a chunk at a time between request batches, so
-// that writing out hundreds of thousands of keys never holds the shard's
-// clients up for more than a chunk's worth of cache misses.
-type writeOut struct {
-	active bool
-	list   []uint32
-	pos    int
+// dirtyItem is one key of a write-out: a changed key, whose disk key is
+// sets[start:end] followed by its value, or a deleted one, whose disk key is
+// dels[start:end].
+type dirtyItem struct {
+	start, end int
+	slot       uint16
+	del        bool
 }
-
-// writeOutChunk is how many changed entries the owner copies between two
-// request batches: up to ~1 µs each at 10M keys (cache misses), so about a
-// millisecond at most.
-const writeOutChunk = 1024
-
-// woReady is always ready: the owner's select takes it to go on with a
-// write-out in progress when no request is waiting.
-var woReady = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // warm hashes every key of the batch and touches the memory each lookup
 // will read (index slot, entry, key bytes) in passes with no dependencies
@@ -150,18 +139,9 @@ func (sh *shard) loop() {
 		persistTick = tk.C
 	}
 	for {
-		var step <-chan struct{}
-		if sh.wo.active {
-			step = woReady
-		}
 		select {
 		case b := <-sh.in:
 			sh.runBatch(b)
-			if sh.wo.active {
-				sh.stepWriteOut()
-			}
-		case <-step:
-			sh.stepWriteOut()
 		case <-tick:
 			// A frozen clock (DEBUG CLOCK) belongs to a test that drives
 			// time itself: sweeping at one frozen instant would delete keys
@@ -174,12 +154,8 @@ func (sh *shard) loop() {
 				sh.sendChanges(nil)
 			}
 		case <-persistTick:
-			// A write-out that has not finished in a whole interval
-			// finishes now, before the next begins; whatever the batch
-			// holds goes to the committer.
-			sh.finishWriteOut()
+			sh.writeDirty()
 			sh.sendChanges(nil)
-			sh.startWriteOut()
 		case <-sh.quit:
 			// Sessions hold the store's read lock while their batches are in
 			// flight and Close waited for it, so no batch is left; hand the
@@ -208,110 +184,129 @@ func (sh *shard) runBatch(b *batch) {
 	b.wg.Done()
 }
 
-// writeDirty writes out every pending change now: the whole of a write-out
-// in progress, then everything changed since.
+// writeDirty appends the latest state of every key changed since the last
+// write-out to pb: a Set for a live key, a Delete for a deleted one, each key
+// once, sorted by disk key. A sorted batch is what Pebble ingests fastest
+// (its sort of a large batch, and its memtable inserts, are then linear), so
+// deletions wait here instead of going to the batch as they happen.
+//
+// At millions of keys every entry read is a cache miss, so each changed
+// entry is read once: its disk key and value are copied to sets, and the
+// sort and the merge work on those copies.
 func (sh *shard) writeDirty() {
-	sh.finishWriteOut()
-	sh.startWriteOut()
-	sh.finishWriteOut()
-}
-
-// startWriteOut begins writing out the keys changed since the last
-// write-out; stepWriteOut goes on with it and finishWriteOut completes it.
-// What changes meanwhile is written out by the next one.
-func (sh *shard) startWriteOut() {
-	if sh.p == nil || sh.wo.active || len(sh.dirty) == 0 && sh.wb.empty() {
+	if len(sh.dirty) == 0 && len(sh.delEnds) == 0 {
 		return
 	}
-	sh.wo = writeOut{active: true, list: sh.dirty}
-	sh.dirty, sh.spareList = sh.spareList[:0], nil
-}
-
-// stepWriteOut copies the next chunk of the write-out's changed entries,
-// and completes the write-out once all are copied.
-func (sh *shard) stepWriteOut() {
-	if !sh.wo.active {
-		return
-	}
-	sh.copyChanged(writeOutChunk)
-	if sh.wo.pos == len(sh.wo.list) {
-		sh.finishWriteOut()
-	}
-}
-
-// copyChanged copies up to n more of the write-out's changed entries: at
-// millions of keys every entry read is a cache miss, so each is read once,
-// its disk key and value copied to wb, and the sort and the merge work on
-// those copies. An entry deleted meanwhile is skipped (its deletion is
-// recorded); one changed again after its copy is dirty again and listed
-// for the next write-out.
-func (sh *shard) copyChanged(n int) {
-	end := min(sh.wo.pos+n, len(sh.wo.list))
-	for _, ei := range sh.wo.list[sh.wo.pos:end] {
+	items := sh.dirtyItems[:0]
+	sets := sh.sets[:0]
+	for _, ei := range sh.dirty {
 		e := sh.t.at(ei)
 		if e.isFree() || !e.isDirty() {
 			continue
 		}
+		// A live entry is the latest state of its key: it is written,
+		// whatever deletions of the same key are pending.
 		e.setDirty(false)
 		e.setOnDisk()
 		k := sh.t.keyOf(e)
-		sh.seq++
-		sh.wb.addSet(cluster.KeySlot(k), k, encodeValue(&sh.valBuf, e.tat, e.exp()), sh.seq)
+		slot := cluster.KeySlot(k)
+		start := len(sets)
+		sets = append(sets, prefixKey, byte(slot>>8), byte(slot))
+		sets = append(sets, k...)
+		end := len(sets)
+		sets = append(sets, encodeValue(&sh.valBuf, e.tat, e.exp())...)
+		items = append(items, dirtyItem{start: start, end: end, slot: uint16(slot)})
 	}
-	sh.wo.pos = end
+	sh.sets = sets
+	start := 0
+	for _, end := range sh.delEnds {
+		items = append(items, dirtyItem{start: start, end: end, slot: uint16(sh.dels[start+1])<<8 | uint16(sh.dels[start+2]), del: true})
+		start = end
+	}
+	items = sh.sortItems(items)
+	b := sh.batchSized(len(sets) + len(sh.dels) + 4*len(items))
+	for i := 0; i < len(items); {
+		// A key deleted and created again since the last write-out shows up
+		// twice or more: its live entry, if any, is the latest state.
+		set, j := -1, i
+		key := sh.itemKey(items[i])
+		for ; j < len(items) && items[j].slot == items[i].slot && bytes.Equal(sh.itemKey(items[j]), key); j++ {
+			if !items[j].del {
+				set = j
+			}
+		}
+		if set >= 0 {
+			it := items[set]
+			_ = b.Set(sets[it.start:it.end], sets[it.end:it.end+valueLen], nil)
+		} else {
+			_ = b.Delete(key, nil)
+		}
+		i = j
+	}
+	sh.sets = sets[:0]
+	if cap(sets) > 1<<20 && len(sets) < cap(sets)/4 {
+		sh.sets = nil // give back a burst's worth of memory
+	}
+	sh.clearDirty(len(items))
+	sh.dirtyItems = items[:0]
 }
 
-// finishWriteOut completes the write-out in progress, if any: it copies
-// what is left and hands the copies, with every deletion recorded so far,
-// to the committer, which turns them into one sorted batch (see
-// writeBufs.build) after whatever pb already holds.
-func (sh *shard) finishWriteOut() {
-	if !sh.wo.active {
-		return
+// sortItems orders write-out items by disk key: a counting sort by slot
+// (the shard owns a contiguous slot range), then a sort of each slot's few
+// keys by their bytes. A general sort of all items costs several times more
+// on the shard's goroutine.
+func (sh *shard) sortItems(items []dirtyItem) []dirtyItem {
+	if len(sh.slotCount) == 0 {
+		sh.slotCount = make([]uint32, sh.slotHi-sh.slotLo+1)
 	}
-	sh.copyChanged(len(sh.wo.list))
-	sh.endWriteOut()
-	if sh.wb.empty() {
-		return
+	cnt := sh.slotCount
+	clear(cnt)
+	for _, it := range items {
+		cnt[int(it.slot)-sh.slotLo+1]++
 	}
-	sh.outWB = sh.wb
-	select {
-	case sh.wb = <-sh.spareWB:
-	default:
-		sh.wb = newWriteBufs(sh.slotLo, sh.slotHi)
+	for i := 1; i < len(cnt); i++ {
+		cnt[i] += cnt[i-1]
 	}
-	sh.sendChanges(nil)
+	out := slices.Grow(sh.sortBuf[:0], len(items))[:len(items)]
+	for _, it := range items {
+		i := int(it.slot) - sh.slotLo
+		out[cnt[i]] = it
+		cnt[i]++
+	}
+	// cnt[i] is now the end of slot lo+i's run (and the start of the next).
+	start := uint32(0)
+	for _, end := range cnt[:len(cnt)-1] {
+		if end-start > 1 {
+			slices.SortFunc(out[start:end], func(a, b dirtyItem) int {
+				return bytes.Compare(sh.itemKey(a), sh.itemKey(b))
+			})
+		}
+		start = end
+	}
+	sh.sortBuf = items[:0]
+	return out
 }
 
-// endWriteOut forgets the write-out in progress, keeping its list for the
-// next unless a burst made it much bigger than needed.
-func (sh *shard) endWriteOut() {
-	sh.spareList = sh.wo.list[:0]
-	if cap(sh.spareList) > 1<<16 && sh.wo.pos < cap(sh.spareList)/4 {
-		sh.spareList = nil
+// itemKey returns the disk key of a write-out item.
+func (sh *shard) itemKey(it dirtyItem) []byte {
+	if it.del {
+		return sh.dels[it.start:it.end]
 	}
-	sh.wo = writeOut{}
+	return sh.sets[it.start:it.end]
 }
 
-// recycle takes back a write-out's buffers from the committer.
-func (sh *shard) recycle(w *writeBufs) {
-	w.reset()
-	select {
-	case sh.spareWB <- w:
-	default:
-	}
-}
-
-// clearDirty forgets every pending change, a write-out in progress
-// included (the caller rewrites or deletes the shard's whole range).
-func (sh *shard) clearDirty() {
+// clearDirty forgets the pending changes (written out, or covered by a
+// rewrite), giving back a burst's worth of memory.
+func (sh *shard) clearDirty(used int) {
 	sh.dirty = sh.dirty[:0]
-	if cap(sh.dirty) > 1<<16 {
+	sh.dels = sh.dels[:0]
+	sh.delEnds = sh.delEnds[:0]
+	if cap(sh.dirty) > 1<<16 && used < cap(sh.dirty)/4 {
 		sh.dirty = nil
 	}
-	sh.wo.pos = 0
-	sh.endWriteOut()
-	sh.wb.reset()
+	if cap(sh.delEnds) > 1<<16 && used < cap(sh.delEnds)/4 {
+		sh.dels, sh.delEnds = nil, nil
+	}
 }
 
 // sendChanges hands the batch's changes to the committer and arranges for
@@ -325,17 +320,11 @@ func (sh *shard) sendChanges(wg *sync.WaitGroup) {
 		return
 	}
 	always := sh.p.policy == FsyncAlways
-	if sh.pb != nil || sh.outWB != nil {
+	if sh.pb != nil {
 		sh.sent++
-		r := commitReq{b: sh.pb, wo: sh.outWB, sh: sh, n: sh.sent, snap: sh.snap}
-		if sh.pb != nil {
-			r.count = int64(sh.pb.Count())
-		}
-		if sh.outWB != nil {
-			r.count += sh.outWB.changes()
-		}
-		sh.p.pending.Add(r.count)
-		sh.pb, sh.outWB = nil, nil
+		r := commitReq{b: sh.pb, sh: sh, n: sh.sent, snap: sh.snap}
+		sh.p.pending.Add(int64(sh.pb.Count()))
+		sh.pb = nil
 		sh.snap = false
 		if always {
 			r.wg = wg
@@ -363,7 +352,7 @@ func (sh *shard) snapshot() {
 	}
 	b := sh.batchSized(sh.t.len() * (inlineKey + 3 + valueLen + 4))
 	_ = b.DeleteRange(slotBound(sh.slotLo), slotBound(sh.slotHi), nil)
-	sh.clearDirty()
+	sh.clearDirty(0)
 	for i := uint32(0); i < sh.t.nent; i++ {
 		if e := sh.t.at(i); !e.isFree() {
 			e.setDirty(false)
@@ -405,8 +394,8 @@ func (sh *shard) recordDelete(key []byte) {
 		return
 	}
 	slot := cluster.KeySlot(key)
-	sh.seq++
-	sh.wb.addDelete(slot, key, sh.seq)
+	sh.dels = append(append(sh.dels, prefixKey, byte(slot>>8), byte(slot)), key...)
+	sh.delEnds = append(sh.delEnds, len(sh.dels))
 }
 
 func (sh *shard) publish() {
@@ -460,7 +449,7 @@ func (sh *shard) exec(op *Op) {
 	case OpFlush:
 		sh.t.reset()
 		sh.expires = 0
-		sh.clearDirty()
+		sh.clearDirty(0)
 		if sh.p != nil {
 			_ = sh.batch().DeleteRange(slotBound(sh.slotLo), slotBound(sh.slotHi), nil)
 		}
@@ -649,9 +638,6 @@ func (sh *shard) collect(op *Op, i uint32, nowMs int64) {
 // dropSlots removes the keys of the given slot ranges that this shard owns
 // (a cluster node lost them), from memory and from disk.
 func (sh *shard) dropSlots(op *Op) {
-	// Keys copied by a write-out in progress go to the batch before the
-	// range deletes below, which must come last.
-	sh.finishWriteOut()
 	op.N = 0
 	for i := uint32(0); i < sh.t.nent; i++ {
 		if e := sh.t.at(i); !e.isFree() && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
