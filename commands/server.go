@@ -118,8 +118,10 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		// share each fsync (group commit), instead of a loop waiting for one
 		// connection's fsync after another.
 		for _, c := range s.table {
-			if c.write {
-				c.Slow = true
+			for _, x := range append([]*Command{c}, c.Subcommands...) {
+				if x.write {
+					x.Slow = true
+				}
 			}
 		}
 	}

@@ -106,7 +106,7 @@ func (t Table) slowLens() uint64 {
 		for _, sc := range c.Subcommands {
 			slow = slow || sc.Slow
 		}
-		if slow && len(name) < 64 && !strings.Contains(name, "|") {
+		if slow && len(name) < 64 {
 			m |= 1 << len(name)
 		}
 	}

@@ -71,9 +71,11 @@ const (
 // ErrDataDirInUse: another process holds the data dir's lock.
 var ErrDataDirInUse = errors.New("store: data dir is in use by another process")
 
-func encodeKey(dst []byte, slot int, key []byte) []byte {
-	dst = append(dst[:0], prefixKey, byte(slot>>8), byte(slot))
-	return append(dst, key...)
+func encodeKey(dst []byte, slot int, key []byte) []byte { return appendKey(dst[:0], slot, key) }
+
+// appendKey appends key's disk key (prefix, slot, key) to dst.
+func appendKey(dst []byte, slot int, key []byte) []byte {
+	return append(append(dst, prefixKey, byte(slot>>8), byte(slot)), key...)
 }
 
 func slotBound(slot int) []byte { return []byte{prefixKey, byte(slot >> 8), byte(slot)} }

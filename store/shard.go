@@ -211,8 +211,7 @@ func (sh *shard) writeDirty() {
 		k := sh.t.keyOf(e)
 		slot := cluster.KeySlot(k)
 		start := len(sets)
-		sets = append(sets, prefixKey, byte(slot>>8), byte(slot))
-		sets = append(sets, k...)
+		sets = appendKey(sets, slot, k)
 		end := len(sets)
 		sets = append(sets, encodeValue(&sh.valBuf, e.tat, e.exp())...)
 		items = append(items, dirtyItem{start: start, end: end, slot: uint16(slot)})
@@ -394,7 +393,7 @@ func (sh *shard) recordDelete(key []byte) {
 		return
 	}
 	slot := cluster.KeySlot(key)
-	sh.dels = append(append(sh.dels, prefixKey, byte(slot>>8), byte(slot)), key...)
+	sh.dels = appendKey(sh.dels, slot, key)
 	sh.delEnds = append(sh.delEnds, len(sh.dels))
 }
 

@@ -193,11 +193,11 @@ func (s *Store) resync() {
 	sess.Run()
 }
 
-// PersistStats reports persistence state for INFO.
 // SyncsWrites reports whether a batch that changes state waits for fsync
 // before it completes (FsyncAlways).
 func (s *Store) SyncsWrites() bool { return s.p != nil && s.p.policy == FsyncAlways }
 
+// PersistStats reports persistence state for INFO.
 func (s *Store) PersistStats() PersistStats {
 	p := s.p
 	if p == nil {
