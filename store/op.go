@@ -28,9 +28,10 @@ const (
 	OpDumpSlots             // Entries = every live key whose slot is in Ranges
 	OpImport                // merge Key = (TAT, Expires): kept if absent or its TAT is older; N = 1 if applied
 
-	opSweep    // one step of the expiry sweep, run on the owner (tests)
-	opSnapshot // rewrite the shard's keys to disk (after a reopen)
-	opPersist  // write changed keys out now, as the persist tick does (tests)
+	opSweep     // one step of the expiry sweep, run on the owner (tests)
+	opSnapshot  // rewrite the shard's keys to disk (after a reopen)
+	opSnapRound // start the shard's snapshot of round Cursor
+	opPersist   // write changed keys out now, as the persist tick does (tests)
 )
 
 // Errors an Op can carry.

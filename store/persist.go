@@ -1,10 +1,12 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,36 +56,127 @@ func (f Fsync) String() string {
 	return "everysec"
 }
 
-// On-disk layout. Limiter keys are 'k' + slot (2 bytes, big endian) + key, so
-// a shard's keys (a contiguous slot range) and a cluster slot are key ranges.
-// The value is the TAT and the expiry in Unix ms, 8 bytes each, big endian.
+// On-disk layout ("cellserver/2"): an append-only log of records in Pebble.
+// A record's key is 'l' + a sequence number (8 bytes, big endian) that grows
+// across restarts; its value is a run of entries:
+//
+//	's' slot(2) keylen(uvarint) key tat(8) expiry(8)   the key's state
+//	'd' slot(2) keylen(uvarint) key                    the key is gone
+//	'r' lo(2) hi(2)                                    slots [lo, hi) are empty
+//
+// Numbers are big endian, the expiry in Unix ms. Replaying the records in
+// order rebuilds the keyspace, whatever the number of shards that wrote them.
+// Every write is an append at the end of the key space and old records go by
+// range deletes, the pattern an LSM handles best: a write-out of random keys
+// no longer rewrites the whole tree when it is compacted, so the cost of a
+// change does not grow with the number of keys.
+//
+// Snapshot rounds bound the log: once it grows past twice the live state,
+// every shard writes all its keys as new records, a chunk at a time between
+// request batches, and when all are done the records older than the earliest
+// snapshot's start are deleted. A chunk holds state as of its own sequence
+// number, later than any change it supersedes, so a snapshot needs no pause.
+//
 // Metadata keys start with 'm'.
 const (
-	prefixKey   = 'k'
+	prefixLog   = 'l'
+	prefixOld   = 'k' // "cellserver/1": one Pebble key per limiter key
+	recSet      = 's'
+	recDel      = 'd'
+	recDrop     = 'r'
 	valueLen    = 16
+	logKeyLen   = 9
 	formatKey   = "mformat"
-	formatValue = "cellserver/1"
+	formatOld   = "cellserver/1"
+	formatValue = "cellserver/2"
 	// pebbleFormat is pinned so that an upgrade of the library never
 	// silently rewrites a data dir into a format an older binary can't read.
 	pebbleFormat = pebble.FormatTableFormatV6
+	// snapChunk is how many entries a snapshot step writes between batches.
+	snapChunk = 4096
+	// setSize estimates one key's bytes in the log, to size snapshots.
+	setSize = 40
 )
+
+// snapMinBytes is the least log that starts a snapshot round (tests lower it).
+var snapMinBytes int64 = 16 << 20
 
 // ErrDataDirInUse: another process holds the data dir's lock.
 var ErrDataDirInUse = errors.New("store: data dir is in use by another process")
 
-func encodeKey(dst []byte, slot int, key []byte) []byte { return appendKey(dst[:0], slot, key) }
-
-// appendKey appends key's disk key (prefix, slot, key) to dst.
-func appendKey(dst []byte, slot int, key []byte) []byte {
-	return append(append(dst, prefixKey, byte(slot>>8), byte(slot)), key...)
+func logKey(dst *[logKeyLen]byte, seq uint64) []byte {
+	dst[0] = prefixLog
+	binary.BigEndian.PutUint64(dst[1:], seq)
+	return dst[:]
 }
 
-func slotBound(slot int) []byte { return []byte{prefixKey, byte(slot >> 8), byte(slot)} }
+// appendSet appends a key's state to a record.
+func appendSet(dst []byte, slot int, key []byte, tat uint64, exp int64) []byte {
+	dst = appendKeyEntry(dst, recSet, slot, key)
+	dst = binary.BigEndian.AppendUint64(dst, tat)
+	return binary.BigEndian.AppendUint64(dst, uint64(exp))
+}
 
-func encodeValue(dst *[valueLen]byte, tat uint64, exp int64) []byte {
-	binary.BigEndian.PutUint64(dst[:8], tat)
-	binary.BigEndian.PutUint64(dst[8:], uint64(exp))
-	return dst[:]
+// appendKeyEntry appends an entry's kind, slot and key.
+func appendKeyEntry(dst []byte, kind byte, slot int, key []byte) []byte {
+	dst = append(dst, kind, byte(slot>>8), byte(slot))
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	return append(dst, key...)
+}
+
+// appendDrop appends "slots [lo, hi) are empty" to a record.
+func appendDrop(dst []byte, lo, hi int) []byte {
+	return append(dst, recDrop, byte(lo>>8), byte(lo), byte(hi>>8), byte(hi))
+}
+
+// recReader decodes a record's entries: for r.next() { r.kind ... }.
+type recReader struct {
+	b    []byte
+	kind byte
+	slot int // recSet, recDel; recDrop: lo
+	hi   int // recDrop
+	key  []byte
+	tat  uint64
+	exp  int64
+	bad  bool
+}
+
+func (r *recReader) next() bool {
+	if len(r.b) == 0 || r.bad {
+		return false
+	}
+	if len(r.b) < 5 {
+		r.bad = true
+		return false
+	}
+	r.kind, r.slot = r.b[0], int(r.b[1])<<8|int(r.b[2])
+	switch r.kind {
+	case recDrop:
+		r.hi = int(r.b[3])<<8 | int(r.b[4])
+		r.b = r.b[5:]
+		r.bad = r.slot > r.hi || r.hi > cluster.SlotCount
+		return !r.bad
+	case recSet, recDel:
+		n, w := binary.Uvarint(r.b[3:])
+		rest := r.b[3+max(w, 0):]
+		need := n
+		if r.kind == recSet {
+			need += valueLen
+		}
+		if w <= 0 || n == 0 || uint64(len(rest)) < need || r.slot >= cluster.SlotCount {
+			r.bad = true
+			return false
+		}
+		r.key = rest[:n]
+		if r.kind == recSet {
+			r.tat = binary.BigEndian.Uint64(rest[n:])
+			r.exp = int64(binary.BigEndian.Uint64(rest[n+8:]))
+		}
+		r.b = rest[need:]
+		return true
+	}
+	r.bad = true
+	return false
 }
 
 // PersistStats describes persistence for INFO persistence.
@@ -101,6 +194,7 @@ type PersistStats struct {
 	LastFsync     time.Time
 	DiskBytes     uint64
 	Pending       int64 // changes waiting to be committed
+	Snapshots     int64 // snapshot rounds finished (old records deleted)
 }
 
 // persister is the group committer: shard owners hand it batches of changes
@@ -126,16 +220,37 @@ type persister struct {
 	keysLoaded  atomic.Int64
 	expiredLoad atomic.Int64
 	loadTime    atomic.Int64
+	snapshots   atomic.Int64
 	retryEvery  time.Duration
 	shards      []*shard
+
+	seq        atomic.Uint64      // the last log sequence number handed out
+	snapMin    int64              // log bytes below which no snapshot round starts
+	startRound func(round uint64) // has every shard start a snapshot (Store.snapshotRound)
+
+	// Snapshot rounds, touched by the committer only.
+	logged   int64    // log bytes written since the last round started
+	round    uint64   // the round in progress, 0 if none
+	rounds   uint64   // rounds started so far
+	starts   []uint64 // per shard: where its snapshot of this round began
+	reported int      // shards done with this round
 }
 
 type commitReq struct {
-	b    *pebble.Batch // may be nil: only wait for earlier changes
-	wg   *sync.WaitGroup
-	sh   *shard
-	n    uint64 // shard's send sequence number of this request
-	snap bool   // b holds the shard's whole state (a resync)
+	b     *pebble.Batch // may be nil: only wait for earlier changes
+	count int64         // changes (entries) in b
+	wg    *sync.WaitGroup
+	sh    *shard
+	n     uint64 // shard's send sequence number of this request
+	snap  bool   // b holds the shard's whole state (a resync)
+	// sh finished its snapshot of round, begun at log sequence number start.
+	round, start uint64
+}
+
+// logBatch is a batch of records waiting to be committed.
+type logBatch struct {
+	b     *pebble.Batch
+	count int64
 }
 
 // errPebbleFatal marks an error Pebble reported through Logger.Fatalf: its
@@ -217,6 +332,15 @@ func openDB(dir string, fs vfs.FS, memTable uint64, log *slog.Logger) (*pebble.D
 	default:
 		got := string(v)
 		closer.Close()
+		if got == formatOld {
+			n, err := migrateV1(db)
+			if err != nil {
+				db.Close()
+				return nil, fmt.Errorf("store: cannot convert data dir %s from %s: %w", dir, formatOld, err)
+			}
+			log.Info("data dir converted to the log format", "dir", dir, "from", formatOld, "to", formatValue, "keys", n)
+			got = formatValue
+		}
 		if got != formatValue {
 			db.Close()
 			return nil, fmt.Errorf("store: data dir %s holds format %q, this cellserver reads %q; refusing to start", dir, got, formatValue)
@@ -242,6 +366,7 @@ func newPersister(db *pebble.DB, policy Fsync, log *slog.Logger) *persister {
 		quit:       make(chan struct{}),
 		done:       make(chan struct{}),
 		retryEvery: time.Second,
+		snapMin:    snapMinBytes,
 	}
 	p.dbp.Store(db)
 	p.lastFsync.Store(time.Now().UnixNano())
@@ -278,8 +403,8 @@ func (p *persister) loop() {
 	defer close(p.done)
 	retry := time.NewTicker(p.retryEvery)
 	defer retry.Stop()
-	var failed []*pebble.Batch // changes whose commit failed, retried first
-	broken := false            // Pebble hit a fatal error: reopen needed
+	var failed []logBatch // changes whose commit failed, retried first
+	broken := false       // Pebble hit a fatal error: reopen needed
 	needSnap := map[*shard]bool{}
 	reqs := make([]commitReq, 0, 256)
 	for {
@@ -330,10 +455,14 @@ func (p *persister) loop() {
 		todo := failed
 		failed = nil
 		for _, r := range reqs {
+			if r.round != 0 && r.round == p.round {
+				p.starts[r.sh.id] = r.start
+				p.reported++
+			}
 			if r.b == nil {
 				continue
 			}
-			p.pending.Add(-int64(r.b.Count()))
+			p.pending.Add(-r.count)
 			if r.snap {
 				delete(needSnap, r.sh)
 			}
@@ -341,22 +470,22 @@ func (p *persister) loop() {
 				_ = r.b.Close() // memory is the truth; the resync rewrites it
 				continue
 			}
-			todo = append(todo, r.b)
+			todo = append(todo, logBatch{r.b, r.count})
 		}
 		committed := false
-		for i, b := range todo {
+		for i, lb := range todo {
 			if broken {
-				_ = b.Close()
+				_ = lb.b.Close()
 				continue
 			}
 			db := p.db()
-			err := guard(func() error { return db.Apply(b, pebble.NoSync) })
+			err := guard(func() error { return db.Apply(lb.b, pebble.NoSync) })
 			var fatal errPebbleFatal
 			switch {
 			case errors.As(err, &fatal):
 				p.fail(err)
 				broken = true
-				_ = b.Close()
+				_ = lb.b.Close()
 				_ = guard(db.Close) // releases the lock so the dir can be reopened
 				for _, sh := range p.shards {
 					needSnap[sh] = true
@@ -368,12 +497,25 @@ func (p *persister) loop() {
 			default:
 				committed = true
 				p.commits.Add(1)
-				p.changes.Add(int64(b.Count()))
-				_ = b.Close()
+				p.changes.Add(lb.count)
+				p.logged += int64(lb.b.Len())
+				_ = lb.b.Close()
 			}
 			if len(todo) == 0 {
 				break
 			}
+		}
+		switch {
+		case p.round != 0 && (broken || len(failed) > 0):
+			p.round = 0 // some chunks may be lost: a later round starts over
+		case p.round != 0 && p.reported == len(p.shards):
+			p.dropOldRecords()
+			p.round = 0
+		case p.round == 0 && committed && !quitting && p.logged >= p.snapThreshold():
+			p.rounds++
+			p.round, p.reported, p.logged = p.rounds, 0, 0
+			p.starts = make([]uint64, len(p.shards))
+			go p.startRound(p.round)
 		}
 		if committed && !broken && (p.policy != FsyncNo || quitting) {
 			db := p.db()
@@ -406,9 +548,9 @@ func (p *persister) loop() {
 		}
 		clear(reqs)
 		if quitting {
-			for _, b := range failed {
-				p.log.Error("persistence: changes could not be written before shutdown", "changes", b.Count())
-				_ = b.Close()
+			for _, lb := range failed {
+				p.log.Error("persistence: changes could not be written before shutdown", "changes", lb.count)
+				_ = lb.b.Close()
 			}
 			return
 		}
@@ -438,39 +580,150 @@ func (p *persister) close() error {
 	return guard(p.db().Close)
 }
 
-// load reads shard sh's slot range into its table, dropping (and deleting
-// from disk) entries that expired by nowMs.
-func (p *persister) load(sh *shard, nowMs int64) error {
-	lo, hi := sh.slotLo, sh.slotHi
-	it, err := p.db().NewIter(&pebble.IterOptions{LowerBound: slotBound(lo), UpperBound: slotBound(hi)})
+// snapThreshold is how many log bytes start a snapshot round: twice the
+// live state, so the log holds at most about three times the keys' size.
+func (p *persister) snapThreshold() int64 {
+	var keys int64
+	for _, sh := range p.shards {
+		keys += sh.nkeys.Load()
+	}
+	return max(2*keys*setSize, p.snapMin)
+}
+
+// dropOldRecords deletes the records every shard's snapshot of the finished
+// round supersedes: those older than the earliest snapshot's start. (A
+// shard's own older records are covered by its snapshot; the others' by
+// theirs, which all began later.) Pebble's Excise removes them from the
+// tree at once, so the space comes back without waiting for a compaction
+// to reach them. A failed or lost excise only leaves records that replay
+// before the snapshots.
+func (p *persister) dropOldRecords() {
+	var lo, hi [logKeyLen]byte
+	db := p.db()
+	span := pebble.KeyRange{Start: logKey(&lo, 0), End: logKey(&hi, slices.Min(p.starts))}
+	if err := guard(func() error { return db.Excise(context.Background(), span) }); err != nil {
+		p.fail(err) // a later round deletes them
+		return
+	}
+	p.snapshots.Add(1)
+}
+
+// load replays the log into the shards' tables (the shards are not running
+// yet), then drops the keys that expired by nowMs.
+func (p *persister) load(shards []*shard, nowMs int64) error {
+	it, err := p.db().NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
 	if err != nil {
 		return err
 	}
-	var loaded, expired int64
+	var logBytes int64
 	for it.First(); it.Valid(); it.Next() {
-		k, v := it.Key(), it.Value()
-		if len(k) < 3 || len(v) != valueLen {
+		k := it.Key()
+		if len(k) != logKeyLen {
 			_ = it.Close()
-			return fmt.Errorf("store: corrupt entry %q in data dir", k)
+			return fmt.Errorf("store: corrupt record key %q in data dir", k)
 		}
-		tat := binary.BigEndian.Uint64(v[:8])
-		exp := int64(binary.BigEndian.Uint64(v[8:]))
-		if exp < nowMs {
-			sh.batch().Delete(k, nil)
-			expired++
-			continue
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return err
 		}
-		ei := sh.t.insert(k[3:])
-		sh.set(ei, tat, exp)
-		sh.t.at(ei).setOnDisk()
-		loaded++
+		logBytes += int64(len(k) + len(v))
+		if err := replay(shards, v); err != nil {
+			_ = it.Close()
+			return fmt.Errorf("store: record %d: %w", binary.BigEndian.Uint64(k[1:]), err)
+		}
+		p.seq.Store(binary.BigEndian.Uint64(k[1:]))
 	}
 	if err := it.Close(); err != nil {
 		return err
 	}
+	var loaded, expired int64
+	for _, sh := range shards {
+		for i := uint32(0); i < sh.t.nent; i++ {
+			if e := sh.t.at(i); !e.isFree() && e.exp() < nowMs {
+				sh.remove(i) // and from disk, with the first write-out
+				expired++
+			}
+		}
+		loaded += int64(sh.t.len())
+	}
 	p.keysLoaded.Add(loaded)
 	p.expiredLoad.Add(expired)
+	p.logged = max(logBytes-loaded*setSize, 0) // garbage already on disk counts toward the next round
 	return nil
+}
+
+// replay applies one record's entries to the shards that own their slots.
+func replay(shards []*shard, rec []byte) error {
+	n := len(shards)
+	r := recReader{b: rec}
+	for r.next() {
+		switch r.kind {
+		case recSet:
+			sh := shards[r.slot*n/cluster.SlotCount]
+			ei := sh.t.find(r.key)
+			if ei < 0 {
+				ei = int64(sh.t.insert(r.key))
+			}
+			sh.set(uint32(ei), r.tat, r.exp)
+			sh.t.at(uint32(ei)).setOnDisk()
+		case recDel:
+			sh := shards[r.slot*n/cluster.SlotCount]
+			if ei := sh.t.find(r.key); ei >= 0 {
+				sh.drop(uint32(ei), false)
+			}
+		case recDrop:
+			for _, sh := range shards {
+				if r.slot < sh.slotHi && r.hi > sh.slotLo {
+					sh.dropSlotsMem([][2]int{{r.slot, r.hi - 1}})
+				}
+			}
+		}
+	}
+	if r.bad {
+		return errors.New("corrupt record")
+	}
+	return nil
+}
+
+// migrateV1 rewrites a "cellserver/1" data dir (one Pebble key per limiter
+// key: 'k' + slot + key, value TAT and expiry) as log records, in one
+// atomic, synced batch.
+func migrateV1(db *pebble.DB) (int, error) {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixOld}, UpperBound: []byte{prefixOld + 1}})
+	if err != nil {
+		return 0, err
+	}
+	b := db.NewBatch()
+	defer b.Close()
+	var rec []byte
+	var kb [logKeyLen]byte
+	seq, n := uint64(0), 0
+	flush := func() {
+		seq++
+		_ = b.Set(logKey(&kb, seq), rec, nil)
+		rec = rec[:0]
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) < 4 || len(v) != valueLen {
+			_ = it.Close()
+			return 0, fmt.Errorf("store: corrupt entry %q in data dir", k)
+		}
+		rec = appendSet(rec, int(k[1])<<8|int(k[2]), k[3:], binary.BigEndian.Uint64(v), int64(binary.BigEndian.Uint64(v[8:])))
+		if n++; n%snapChunk == 0 {
+			flush()
+		}
+	}
+	if err := it.Close(); err != nil {
+		return 0, err
+	}
+	if len(rec) > 0 {
+		flush()
+	}
+	_ = b.DeleteRange([]byte{prefixOld}, []byte{prefixOld + 1}, nil)
+	_ = b.Set([]byte(formatKey), []byte(formatValue), nil)
+	return n, db.Apply(b, pebble.Sync)
 }
 
 // shardSlots returns the contiguous slot range [lo, hi) owned by shard i of n.

@@ -1,9 +1,7 @@
 package store
 
 import (
-	"bytes"
 	"hash/maphash"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,27 +23,27 @@ type shard struct {
 
 	slotLo, slotHi int // the contiguous hash slot range [lo, hi) this shard owns
 
-	// Persistence (nil p: in memory only). Changes of the batch being run
-	// collect in pb and go to the committer when the batch is done.
-	p      *persister
-	pb     *pebble.Batch
-	sent   uint64        // requests sent to the committer
-	synced atomic.Uint64 // requests the committer has finished
-	keyBuf []byte
-	valBuf [valueLen]byte
-	snap   bool // pb starts with a full rewrite of the shard (resync)
+	// Persistence (nil p: in memory only). Records collect in pb (pbCount
+	// changes) and go to the committer after the write-out, or under
+	// FsyncAlways after each batch.
+	p       *persister
+	pb      *pebble.Batch
+	pbCount int64
+	sent    uint64        // requests sent to the committer
+	synced  atomic.Uint64 // requests the committer has finished
+	snap    bool          // pb starts with a full rewrite of the shard (resync)
+	rec     []byte        // the record being built
 	// Changed keys are written as their latest value, once per write-out:
-	// dirty lists their entries; deleted keys wait in dels (disk keys back
-	// to back, delEnds marking where each ends). The write-out copies each
-	// changed key's disk key and value to sets, then merges both into one
-	// batch sorted by disk key.
-	dirty      []uint32
-	dels       []byte
-	delEnds    []int
-	sets       []byte
-	dirtyItems []dirtyItem
-	sortBuf    []dirtyItem
-	slotCount  []uint32
+	// dirty lists their entries; deletions wait in dels as encoded entries
+	// (ndels of them), so a key deleted and created again is written once.
+	dirty []uint32
+	dels  []byte
+	ndels int
+	// The snapshot of round snapRound (0: none) began at log sequence number
+	// snapStart and has written entries [0, snapPos).
+	snapRound, snapStart uint64
+	snapPos              uint32
+	snapDone             uint64 // round whose snapshot ended, to report with the next send
 
 	sweepPos uint32
 	sink     uint64 // keeps warm's loads from being optimized away
@@ -71,15 +69,6 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 		slotHi: hi,
 		p:      p,
 	}
-}
-
-// dirtyItem is one key of a write-out: a changed key, whose disk key is
-// sets[start:end] followed by its value, or a deleted one, whose disk key is
-// dels[start:end].
-type dirtyItem struct {
-	start, end int
-	slot       uint16
-	del        bool
 }
 
 // warm hashes every key of the batch and touches the memory each lookup
@@ -139,9 +128,15 @@ func (sh *shard) loop() {
 		persistTick = tk.C
 	}
 	for {
+		var step <-chan struct{}
+		if sh.snapRound != 0 {
+			step = ready
+		}
 		select {
 		case b := <-sh.in:
 			sh.runBatch(b)
+		case <-step:
+			sh.snapStep()
 		case <-tick:
 			// A frozen clock (DEBUG CLOCK) belongs to a test that drives
 			// time itself: sweeping at one frozen instant would delete keys
@@ -184,114 +179,46 @@ func (sh *shard) runBatch(b *batch) {
 	b.wg.Done()
 }
 
-// writeDirty appends the latest state of every key changed since the last
-// write-out to pb: a Set for a live key, a Delete for a deleted one, each key
-// once, sorted by disk key. A sorted batch is what Pebble ingests fastest
-// (its sort of a large batch, and its memtable inserts, are then linear), so
-// deletions wait here instead of going to the batch as they happen.
-//
-// At millions of keys every entry read is a cache miss, so each changed
-// entry is read once: its disk key and value are copied to sets, and the
-// sort and the merge work on those copies.
+// ready is always ready: a shard with a snapshot in progress selects on it
+// to take a step whenever no batch is waiting.
+var ready = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// writeDirty appends one record to pb with the latest state of every key
+// changed since the last write-out: the deletions first, then the live keys,
+// so a key deleted and created again ends up live.
 func (sh *shard) writeDirty() {
-	if len(sh.dirty) == 0 && len(sh.delEnds) == 0 {
+	if len(sh.dirty) == 0 && sh.ndels == 0 {
 		return
 	}
-	items := sh.dirtyItems[:0]
-	sets := sh.sets[:0]
+	rec := append(sh.rec[:0], sh.dels...)
+	n := sh.ndels
 	for _, ei := range sh.dirty {
 		e := sh.t.at(ei)
 		if e.isFree() || !e.isDirty() {
 			continue
 		}
-		// A live entry is the latest state of its key: it is written,
-		// whatever deletions of the same key are pending.
 		e.setDirty(false)
 		e.setOnDisk()
 		k := sh.t.keyOf(e)
-		slot := cluster.KeySlot(k)
-		start := len(sets)
-		sets = appendKey(sets, slot, k)
-		end := len(sets)
-		sets = append(sets, encodeValue(&sh.valBuf, e.tat, e.exp())...)
-		items = append(items, dirtyItem{start: start, end: end, slot: uint16(slot)})
+		rec = appendSet(rec, cluster.KeySlot(k), k, e.tat, e.exp())
+		n++
 	}
-	sh.sets = sets
-	start := 0
-	for _, end := range sh.delEnds {
-		items = append(items, dirtyItem{start: start, end: end, slot: uint16(sh.dels[start+1])<<8 | uint16(sh.dels[start+2]), del: true})
-		start = end
-	}
-	items = sh.sortItems(items)
-	b := sh.batchSized(len(sets) + len(sh.dels) + 4*len(items))
-	for i := 0; i < len(items); {
-		// A key deleted and created again since the last write-out shows up
-		// twice or more: its live entry, if any, is the latest state.
-		set, j := -1, i
-		key := sh.itemKey(items[i])
-		for ; j < len(items) && items[j].slot == items[i].slot && bytes.Equal(sh.itemKey(items[j]), key); j++ {
-			if !items[j].del {
-				set = j
-			}
-		}
-		if set >= 0 {
-			it := items[set]
-			_ = b.Set(sets[it.start:it.end], sets[it.end:it.end+valueLen], nil)
-		} else {
-			_ = b.Delete(key, nil)
-		}
-		i = j
-	}
-	sh.sets = sets[:0]
-	if cap(sets) > 1<<20 && len(sets) < cap(sets)/4 {
-		sh.sets = nil // give back a burst's worth of memory
-	}
-	sh.clearDirty(len(items))
-	sh.dirtyItems = items[:0]
+	sh.addRecord(rec, n)
+	sh.clearDirty(n)
 }
 
-// sortItems orders write-out items by disk key: a counting sort by slot
-// (the shard owns a contiguous slot range), then a sort of each slot's few
-// keys by their bytes. A general sort of all items costs several times more
-// on the shard's goroutine.
-func (sh *shard) sortItems(items []dirtyItem) []dirtyItem {
-	if len(sh.slotCount) == 0 {
-		sh.slotCount = make([]uint32, sh.slotHi-sh.slotLo+1)
+// addRecord appends rec, holding n changes, to pb as the next log record.
+func (sh *shard) addRecord(rec []byte, n int) {
+	if n > 0 {
+		var k [logKeyLen]byte
+		b := sh.batchSized(logKeyLen + len(rec) + 16)
+		_ = b.Set(logKey(&k, sh.p.seq.Add(1)), rec, nil)
+		sh.pbCount += int64(n)
 	}
-	cnt := sh.slotCount
-	clear(cnt)
-	for _, it := range items {
-		cnt[int(it.slot)-sh.slotLo+1]++
+	sh.rec = rec[:0]
+	if cap(rec) > 1<<20 && len(rec) < cap(rec)/4 {
+		sh.rec = nil // give back a burst's worth of memory
 	}
-	for i := 1; i < len(cnt); i++ {
-		cnt[i] += cnt[i-1]
-	}
-	out := slices.Grow(sh.sortBuf[:0], len(items))[:len(items)]
-	for _, it := range items {
-		i := int(it.slot) - sh.slotLo
-		out[cnt[i]] = it
-		cnt[i]++
-	}
-	// cnt[i] is now the end of slot lo+i's run (and the start of the next).
-	start := uint32(0)
-	for _, end := range cnt[:len(cnt)-1] {
-		if end-start > 1 {
-			slices.SortFunc(out[start:end], func(a, b dirtyItem) int {
-				return bytes.Compare(sh.itemKey(a), sh.itemKey(b))
-			})
-		}
-		start = end
-	}
-	sh.sortBuf = items[:0]
-	return out
-}
-
-// itemKey returns the disk key of a write-out item.
-func (sh *shard) itemKey(it dirtyItem) []byte {
-	if it.del {
-		return sh.dels[it.start:it.end]
-	}
-	return sh.sets[it.start:it.end]
 }
 
 // clearDirty forgets the pending changes (written out, or covered by a
@@ -299,12 +226,12 @@ func (sh *shard) itemKey(it dirtyItem) []byte {
 func (sh *shard) clearDirty(used int) {
 	sh.dirty = sh.dirty[:0]
 	sh.dels = sh.dels[:0]
-	sh.delEnds = sh.delEnds[:0]
+	sh.ndels = 0
 	if cap(sh.dirty) > 1<<16 && used < cap(sh.dirty)/4 {
 		sh.dirty = nil
 	}
-	if cap(sh.delEnds) > 1<<16 && used < cap(sh.delEnds)/4 {
-		sh.dels, sh.delEnds = nil, nil
+	if cap(sh.dels) > 1<<20 && used*setSize < cap(sh.dels)/4 {
+		sh.dels = nil
 	}
 }
 
@@ -319,11 +246,15 @@ func (sh *shard) sendChanges(wg *sync.WaitGroup) {
 		return
 	}
 	always := sh.p.policy == FsyncAlways
-	if sh.pb != nil {
+	if sh.pb != nil || sh.snapDone != 0 {
 		sh.sent++
-		r := commitReq{b: sh.pb, sh: sh, n: sh.sent, snap: sh.snap}
-		sh.p.pending.Add(int64(sh.pb.Count()))
-		sh.pb = nil
+		r := commitReq{b: sh.pb, count: sh.pbCount, sh: sh, n: sh.sent, snap: sh.snap}
+		if sh.snapDone != 0 {
+			r.round, r.start = sh.snapDone, sh.snapStart
+			sh.snapDone = 0
+		}
+		sh.p.pending.Add(sh.pbCount)
+		sh.pb, sh.pbCount = nil, 0
 		sh.snap = false
 		if always {
 			r.wg = wg
@@ -339,28 +270,66 @@ func (sh *shard) sendChanges(wg *sync.WaitGroup) {
 	}
 }
 
+// startSnapshot begins this shard's snapshot of a round. Every record of
+// this shard numbered before snapStart is superseded once it ends: the
+// snapshot writes each key's state as of a later number.
+func (sh *shard) startSnapshot(round uint64) {
+	if sh.p == nil {
+		return
+	}
+	sh.snapRound, sh.snapStart, sh.snapPos = round, sh.p.seq.Load()+1, 0
+}
+
+// snapStep writes the next chunk of the snapshot in progress as one record
+// and sends it to the committer; after the last one the shard reports the
+// round done. Keys changed after their chunk are written out again as usual.
+func (sh *shard) snapStep() {
+	rec, n := sh.rec[:0], 0
+	end := min(sh.snapPos+snapChunk, sh.t.nent)
+	for ; sh.snapPos < end; sh.snapPos++ {
+		rec, n = sh.appendEntry(rec, sh.snapPos, n)
+	}
+	sh.addRecord(rec, n)
+	if sh.snapPos >= sh.t.nent {
+		sh.snapDone, sh.snapRound = sh.snapRound, 0
+	}
+	sh.sendChanges(nil)
+}
+
+// appendEntry appends entry i's state to rec if it holds a key, counting it
+// in n; the entry is then on disk and no longer needs a write-out.
+func (sh *shard) appendEntry(rec []byte, i uint32, n int) ([]byte, int) {
+	e := sh.t.at(i)
+	if e.isFree() {
+		return rec, n
+	}
+	e.setDirty(false)
+	e.setOnDisk()
+	k := sh.t.keyOf(e)
+	return appendSet(rec, cluster.KeySlot(k), k, e.tat, e.exp()), n + 1
+}
+
 // snapshot replaces the pending changes with a rewrite of the shard's whole
-// range from memory.
+// range from memory, in one batch: records that empty the range, then hold
+// every key (after a reopen, the disk may have missed any change).
 func (sh *shard) snapshot() {
 	if sh.p == nil {
 		return
 	}
 	if sh.pb != nil {
 		_ = sh.pb.Close()
-		sh.pb = nil
+		sh.pb, sh.pbCount = nil, 0
 	}
-	b := sh.batchSized(sh.t.len() * (inlineKey + 3 + valueLen + 4))
-	_ = b.DeleteRange(slotBound(sh.slotLo), slotBound(sh.slotHi), nil)
+	sh.batchSized(sh.t.len()*setSize + (sh.t.len()/snapChunk+2)*(logKeyLen+16))
 	sh.clearDirty(0)
+	rec, n := appendDrop(sh.rec[:0], sh.slotLo, sh.slotHi), 1
 	for i := uint32(0); i < sh.t.nent; i++ {
-		if e := sh.t.at(i); !e.isFree() {
-			e.setDirty(false)
-			e.setOnDisk()
-			key := sh.t.keyOf(e)
-			sh.keyBuf = encodeKey(sh.keyBuf, cluster.KeySlot(key), key)
-			_ = b.Set(sh.keyBuf, encodeValue(&sh.valBuf, e.tat, e.exp()), nil)
+		if rec, n = sh.appendEntry(rec, i, n); n == snapChunk {
+			sh.addRecord(rec, n)
+			rec, n = sh.rec, 0
 		}
 	}
+	sh.addRecord(rec, n)
 	sh.snap = true
 }
 
@@ -392,9 +361,8 @@ func (sh *shard) recordDelete(key []byte) {
 	if sh.p == nil {
 		return
 	}
-	slot := cluster.KeySlot(key)
-	sh.dels = appendKey(sh.dels, slot, key)
-	sh.delEnds = append(sh.delEnds, len(sh.dels))
+	sh.dels = appendKeyEntry(sh.dels, recDel, cluster.KeySlot(key), key)
+	sh.ndels++
 }
 
 func (sh *shard) publish() {
@@ -450,7 +418,7 @@ func (sh *shard) exec(op *Op) {
 		sh.expires = 0
 		sh.clearDirty(0)
 		if sh.p != nil {
-			_ = sh.batch().DeleteRange(slotBound(sh.slotLo), slotBound(sh.slotHi), nil)
+			sh.addRecord(appendDrop(sh.rec[:0], sh.slotLo, sh.slotHi), 1)
 		}
 	case OpScan:
 		sh.scan(op, nowMs)
@@ -496,6 +464,8 @@ func (sh *shard) exec(op *Op) {
 		sh.sweep(now)
 	case opSnapshot:
 		sh.snapshot()
+	case opSnapRound:
+		sh.startSnapshot(op.Cursor)
 	case opPersist:
 		sh.writeDirty()
 		sh.sendChanges(nil)
@@ -637,21 +607,31 @@ func (sh *shard) collect(op *Op, i uint32, nowMs int64) {
 // dropSlots removes the keys of the given slot ranges that this shard owns
 // (a cluster node lost them), from memory and from disk.
 func (sh *shard) dropSlots(op *Op) {
-	op.N = 0
+	op.N = int64(sh.dropSlotsMem(op.Ranges))
+	if sh.p == nil {
+		return
+	}
+	rec, n := sh.rec[:0], 0
+	for _, r := range op.Ranges {
+		lo, hi := max(r[0], sh.slotLo), min(r[1]+1, sh.slotHi)
+		if lo < hi {
+			rec, n = appendDrop(rec, lo, hi), n+1
+		}
+	}
+	sh.addRecord(rec, n)
+}
+
+// dropSlotsMem removes the keys of the given inclusive slot ranges from
+// memory only, returning how many.
+func (sh *shard) dropSlotsMem(ranges [][2]int) int {
+	n := 0
 	for i := uint32(0); i < sh.t.nent; i++ {
-		if e := sh.t.at(i); !e.isFree() && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
-			sh.drop(i, false) // the range delete below covers the disk
-			op.N++
+		if e := sh.t.at(i); !e.isFree() && inRanges(cluster.KeySlot(sh.t.keyOf(e)), ranges) {
+			sh.drop(i, false) // the caller's record covers the disk
+			n++
 		}
 	}
-	if sh.p != nil {
-		for _, r := range op.Ranges {
-			lo, hi := max(r[0], sh.slotLo), min(r[1]+1, sh.slotHi)
-			if lo < hi {
-				_ = sh.batch().DeleteRange(slotBound(lo), slotBound(hi), nil)
-			}
-		}
-	}
+	return n
 }
 
 func inRanges(slot int, ranges [][2]int) bool {

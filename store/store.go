@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"runtime"
 	"sync"
 	"time"
 
@@ -128,6 +127,7 @@ func New(cfg Config) (*Store, error) {
 			return openDB(cfg.DataDir, cfg.FS, cfg.MemTableSize, cfg.Logger)
 		}
 		s.p.resync = s.resync
+		s.p.startRound = s.snapshotRound
 	}
 	seed := maphash.MakeSeed()
 	for i := 0; i < cfg.Shards; i++ {
@@ -142,7 +142,8 @@ func New(cfg Config) (*Store, error) {
 		}
 		go s.p.loop()
 		for _, sh := range s.shards {
-			sh.sendChanges(nil) // deletions of entries found expired
+			sh.writeDirty() // deletions of entries found expired
+			sh.sendChanges(nil)
 		}
 	}
 	for _, sh := range s.shards {
@@ -155,27 +156,15 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// load reads every shard's keys from disk, shards in parallel, before any
-// is served. Expiry is judged by the wall clock.
+// load replays the log into every shard before any is served. Expiry is
+// judged by the wall clock.
 func (s *Store) load() error {
 	start := time.Now()
-	nowMs := floorMs(time.Now().UnixNano())
-	errs := make([]error, len(s.shards))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for i, sh := range s.shards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = s.p.load(sh, nowMs)
-			sh.publish()
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := s.p.load(s.shards, floorMs(time.Now().UnixNano())); err != nil {
 		return fmt.Errorf("store: loading %s: %w", s.cfg.DataDir, err)
+	}
+	for _, sh := range s.shards {
+		sh.publish()
 	}
 	s.p.loadTime.Store(int64(time.Since(start)))
 	s.cfg.Logger.Info("loaded limiter state", "dir", s.cfg.DataDir, "keys", s.p.keysLoaded.Load(),
@@ -189,6 +178,16 @@ func (s *Store) resync() {
 	sess := s.NewSession()
 	for i := range s.shards {
 		sess.AddTo(i, &Op{Kind: opSnapshot})
+	}
+	sess.Run()
+}
+
+// snapshotRound has every shard start its snapshot of a round (the
+// committer calls it when the log has grown enough).
+func (s *Store) snapshotRound(round uint64) {
+	sess := s.NewSession()
+	for i := range s.shards {
+		sess.AddTo(i, &Op{Kind: opSnapRound, Cursor: round})
 	}
 	sess.Run()
 }
@@ -216,6 +215,7 @@ func (s *Store) PersistStats() PersistStats {
 		LastFsync:     time.Unix(0, p.lastFsync.Load()),
 		DiskBytes:     p.db().Metrics().DiskSpaceUsage(),
 		Pending:       p.pending.Load(),
+		Snapshots:     p.snapshots.Load(),
 	}
 	if e := p.lastErr.Load(); e != nil {
 		st.LastWriteOK = false
