@@ -179,3 +179,30 @@ func TestMigrateV1DataDir(t *testing.T) {
 	assert.Equal(t, formatValue, string(v))
 	require.NoError(t, closer.Close())
 }
+
+// A key deleted and created again between two write-outs, with a snapshot
+// chunk written in between, must come back live: the chunk holds the new
+// state, and the write-out writes the deletion and then the key again.
+func TestSnapshotChunkBetweenDeleteAndWriteOut(t *testing.T) {
+	dir := t.TempDir()
+	clk := wallClock()
+	st := openPersistent(t, dir, FsyncEverySec, clk, nil)
+	run(st, throttleOp("k", 5, 1, 60, 1))
+	st.persistAll() // "k" is on disk
+	run(st, &Op{Kind: OpDel, Key: []byte("k")})
+	run(st, throttleOp("k", 5, 1, 60, 3))
+	want, ok, _ := state(st, "k")
+	require.True(t, ok)
+	i := st.ShardOf([]byte("k"))
+	sess := st.NewSession()
+	sess.AddTo(i, &Op{Kind: opSnapRound, Cursor: 99})
+	sess.AddTo(i, &Op{Kind: opSnapStep})
+	sess.Run()
+	st.persistAll()
+	require.NoError(t, st.Close())
+	st = openPersistent(t, dir, FsyncEverySec, clk, nil)
+	defer st.Close()
+	got, ok, _ := state(st, "k")
+	assert.True(t, ok)
+	assert.Equal(t, want, got)
+}

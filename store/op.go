@@ -31,6 +31,7 @@ const (
 	opSweep     // one step of the expiry sweep, run on the owner (tests)
 	opSnapshot  // rewrite the shard's keys to disk (after a reopen)
 	opSnapRound // start the shard's snapshot of round Cursor
+	opSnapStep  // take the next snapshot step now (tests)
 	opPersist   // write changed keys out now, as the persist tick does (tests)
 )
 

@@ -505,13 +505,16 @@ func (p *persister) loop() {
 				break
 			}
 		}
+		// A round counts only if every chunk reached the disk: a failed
+		// write, or chunks dropped while waiting for a resync, abandon it.
+		healthy := !broken && len(failed) == 0 && len(needSnap) == 0
 		switch {
-		case p.round != 0 && (broken || len(failed) > 0):
-			p.round = 0 // some chunks may be lost: a later round starts over
+		case p.round != 0 && !healthy:
+			p.round = 0 // a later round starts over
 		case p.round != 0 && p.reported == len(p.shards):
 			p.dropOldRecords()
 			p.round = 0
-		case p.round == 0 && committed && !quitting && p.logged >= p.snapThreshold():
+		case p.round == 0 && healthy && committed && !quitting && p.logged >= p.snapThreshold():
 			p.rounds++
 			p.round, p.reported, p.logged = p.rounds, 0, 0
 			p.starts = make([]uint64, len(p.shards))

@@ -282,12 +282,14 @@ func (sh *shard) startSnapshot(round uint64) {
 
 // snapStep writes the next chunk of the snapshot in progress as one record
 // and sends it to the committer; after the last one the shard reports the
-// round done. Keys changed after their chunk are written out again as usual.
+// round done. A chunk leaves its keys' pending changes pending: a key
+// deleted and created again since the last write-out has its deletion
+// still waiting, and the write-out must write the key after it.
 func (sh *shard) snapStep() {
 	rec, n := sh.rec[:0], 0
 	end := min(sh.snapPos+snapChunk, sh.t.nent)
 	for ; sh.snapPos < end; sh.snapPos++ {
-		rec, n = sh.appendEntry(rec, sh.snapPos, n)
+		rec, n = sh.appendEntry(rec, sh.snapPos, n, false)
 	}
 	sh.addRecord(rec, n)
 	if sh.snapPos >= sh.t.nent {
@@ -297,13 +299,16 @@ func (sh *shard) snapStep() {
 }
 
 // appendEntry appends entry i's state to rec if it holds a key, counting it
-// in n; the entry is then on disk and no longer needs a write-out.
-func (sh *shard) appendEntry(rec []byte, i uint32, n int) ([]byte, int) {
+// in n; the key is then on disk, and if clean it no longer needs a
+// write-out.
+func (sh *shard) appendEntry(rec []byte, i uint32, n int, clean bool) ([]byte, int) {
 	e := sh.t.at(i)
 	if e.isFree() {
 		return rec, n
 	}
-	e.setDirty(false)
+	if clean {
+		e.setDirty(false)
+	}
 	e.setOnDisk()
 	k := sh.t.keyOf(e)
 	return appendSet(rec, cluster.KeySlot(k), k, e.tat, e.exp()), n + 1
@@ -324,7 +329,7 @@ func (sh *shard) snapshot() {
 	sh.clearDirty(0)
 	rec, n := appendDrop(sh.rec[:0], sh.slotLo, sh.slotHi), 1
 	for i := uint32(0); i < sh.t.nent; i++ {
-		if rec, n = sh.appendEntry(rec, i, n); n == snapChunk {
+		if rec, n = sh.appendEntry(rec, i, n, true); n == snapChunk {
 			sh.addRecord(rec, n)
 			rec, n = sh.rec, 0
 		}
@@ -466,6 +471,10 @@ func (sh *shard) exec(op *Op) {
 		sh.snapshot()
 	case opSnapRound:
 		sh.startSnapshot(op.Cursor)
+	case opSnapStep:
+		if sh.snapRound != 0 {
+			sh.snapStep()
+		}
 	case opPersist:
 		sh.writeDirty()
 		sh.sendChanges(nil)
