@@ -298,16 +298,16 @@ func openDB(dir string, fs vfs.FS, memTable uint64, log *slog.Logger) (*pebble.D
 		FormatMajorVersion: pebbleFormat,
 		Logger:             pebbleLogger{log},
 		MemTableSize:       memTable,
-		// Every write-out is a batch of random keys spread over the whole
-		// keyspace, so each L0 file overlaps all of Lbase: letting more L0
-		// files gather before an L0 compaction rewrites Lbase once for
-		// several write-outs instead of once per write-out.
+		// Records arrive in key order, so flushed files hardly overlap and
+		// most compactions just move files down. These thresholds (kept
+		// from the first format, where they measured better) let flushes
+		// of a snapshot round's burst gather without stalling writes.
 		L0CompactionThreshold:     16,
 		L0CompactionFileThreshold: 1000,
 		L0StopWritesThreshold:     64,
 	}
-	// Values are 16 binary bytes and keys share prefixes that blocks already
-	// compress: snappy would cost flush and compaction CPU for little space.
+	// Records are mostly binary state and random keys: snappy would cost
+	// flush and compaction CPU for little space.
 	for i := range opts.Levels {
 		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
@@ -612,32 +612,57 @@ func (p *persister) dropOldRecords() {
 }
 
 // load replays the log into the shards' tables (the shards are not running
-// yet), then drops the keys that expired by nowMs.
+// yet), then drops the keys that expired by nowMs. One goroutine reads the
+// records in order and hands each shard its entries, in order, in chunks;
+// every shard fills its table on its own goroutine.
 func (p *persister) load(shards []*shard, nowMs int64) error {
-	it, err := p.db().NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
+	n := len(shards)
+	work := make([]chan []byte, n)
+	free := make(chan []byte, 4*n)
+	var wg sync.WaitGroup
+	for i, sh := range shards {
+		work[i] = make(chan []byte, 4)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for buf := range work[i] {
+				sh.replay(buf)
+				select {
+				case free <- buf[:0]:
+				default:
+				}
+			}
+		}()
+	}
+	bufs := make([][]byte, n)
+	send := func(i int) {
+		work[i] <- bufs[i]
+		select {
+		case bufs[i] = <-free:
+		default:
+			bufs[i] = make([]byte, 0, replayChunk+256)
+		}
+	}
+	logBytes, err := p.readLog(func(r *recReader, entry []byte) {
+		if r.kind == recDrop {
+			for i, sh := range shards {
+				if lo, hi := max(r.slot, sh.slotLo), min(r.hi, sh.slotHi); lo < hi {
+					bufs[i] = appendDrop(bufs[i], lo, hi)
+				}
+			}
+			return
+		}
+		i := r.slot * n / cluster.SlotCount
+		if bufs[i] = append(bufs[i], entry...); len(bufs[i]) >= replayChunk {
+			send(i)
+		}
+	})
+	for i := range shards {
+		work[i] <- bufs[i]
+		close(work[i])
+	}
+	wg.Wait()
 	if err != nil {
-		return err
-	}
-	var logBytes int64
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) != logKeyLen {
-			_ = it.Close()
-			return fmt.Errorf("store: corrupt record key %q in data dir", k)
-		}
-		v, err := it.ValueAndErr()
-		if err != nil {
-			_ = it.Close()
-			return err
-		}
-		logBytes += int64(len(k) + len(v))
-		if err := replay(shards, v); err != nil {
-			_ = it.Close()
-			return fmt.Errorf("store: record %d: %w", binary.BigEndian.Uint64(k[1:]), err)
-		}
-		p.seq.Store(binary.BigEndian.Uint64(k[1:]))
-	}
-	if err := it.Close(); err != nil {
 		return err
 	}
 	var loaded, expired int64
@@ -656,14 +681,49 @@ func (p *persister) load(shards []*shard, nowMs int64) error {
 	return nil
 }
 
-// replay applies one record's entries to the shards that own their slots.
-func replay(shards []*shard, rec []byte) error {
-	n := len(shards)
-	r := recReader{b: rec}
+// replayChunk is how many bytes of entries load hands a shard at a time.
+const replayChunk = 64 << 10
+
+// readLog calls fn with every entry of every record, in order, and sets the
+// last sequence number; it returns the log's size in bytes.
+func (p *persister) readLog(fn func(r *recReader, entry []byte)) (int64, error) {
+	it, err := p.db().NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
+	if err != nil {
+		return 0, err
+	}
+	var size int64
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != logKeyLen {
+			_ = it.Close()
+			return 0, fmt.Errorf("store: corrupt record key %q in data dir", k)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return 0, err
+		}
+		size += int64(len(k) + len(v))
+		r := recReader{b: v}
+		for rest := r.b; r.next(); rest = r.b {
+			fn(&r, rest[:len(rest)-len(r.b)])
+		}
+		if r.bad {
+			_ = it.Close()
+			return 0, fmt.Errorf("store: corrupt record %d in data dir", binary.BigEndian.Uint64(k[1:]))
+		}
+		p.seq.Store(binary.BigEndian.Uint64(k[1:]))
+	}
+	return size, it.Close()
+}
+
+// replay applies entries of this shard's keys (and drops clipped to its
+// slots), as load hands them over.
+func (sh *shard) replay(buf []byte) {
+	r := recReader{b: buf}
 	for r.next() {
 		switch r.kind {
 		case recSet:
-			sh := shards[r.slot*n/cluster.SlotCount]
 			ei := sh.t.find(r.key)
 			if ei < 0 {
 				ei = int64(sh.t.insert(r.key))
@@ -671,22 +731,13 @@ func replay(shards []*shard, rec []byte) error {
 			sh.set(uint32(ei), r.tat, r.exp)
 			sh.t.at(uint32(ei)).setOnDisk()
 		case recDel:
-			sh := shards[r.slot*n/cluster.SlotCount]
 			if ei := sh.t.find(r.key); ei >= 0 {
 				sh.drop(uint32(ei), false)
 			}
 		case recDrop:
-			for _, sh := range shards {
-				if r.slot < sh.slotHi && r.hi > sh.slotLo {
-					sh.dropSlotsMem([][2]int{{r.slot, r.hi - 1}})
-				}
-			}
+			sh.dropSlotsMem([][2]int{{r.slot, r.hi - 1}})
 		}
 	}
-	if r.bad {
-		return errors.New("corrupt record")
-	}
-	return nil
 }
 
 // migrateV1 rewrites a "cellserver/1" data dir (one Pebble key per limiter
