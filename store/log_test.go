@@ -30,13 +30,14 @@ func snapshotState(st *Store, keys []string) map[string]keyState {
 }
 
 // TestSnapshotRoundsKeepStateAcrossRestart drives random changes, deletions,
-// flushes and slot drops while snapshot rounds run between the batches (the
-// threshold is lowered so they run back to back) and old records are
-// excised; the state replayed after a restart, with another shard count,
-// must be exactly the state in memory.
+// flushes and slot drops while write-outs and snapshot rounds run a few
+// keys at a time between the batches (the round threshold is lowered so
+// rounds run back to back) and old records are excised; the state replayed
+// after a restart, with another shard count, must be exactly the state in
+// memory.
 func TestSnapshotRoundsKeepStateAcrossRestart(t *testing.T) {
-	defer func(v int64) { snapMinBytes = v }(snapMinBytes)
-	snapMinBytes = 1
+	defer func(v int64, w, c int) { snapMinBytes, writeChunk, snapChunk = v, w, c }(snapMinBytes, writeChunk, snapChunk)
+	snapMinBytes, writeChunk, snapChunk = 1, 5, 7
 	for _, policy := range []Fsync{FsyncEverySec, FsyncAlways} {
 		t.Run(policy.String(), func(t *testing.T) {
 			dir := t.TempDir()
@@ -58,6 +59,16 @@ func TestSnapshotRoundsKeepStateAcrossRestart(t *testing.T) {
 						sess.Add(&Op{Kind: OpDel, Key: []byte(k)})
 					} else {
 						sess.Add(throttleOp(k, 100, 1, 3600, int64(rng.IntN(4))))
+					}
+				}
+				// Background steps between the changes, as the owner takes
+				// them when idle.
+				for i := 0; i < st.NumShards(); i++ {
+					switch rng.IntN(10) {
+					case 0:
+						sess.AddTo(i, &Op{Kind: opWriteOut})
+					case 1, 2, 3:
+						sess.AddTo(i, &Op{Kind: opStep})
 					}
 				}
 				switch rng.IntN(150) {
@@ -196,7 +207,7 @@ func TestSnapshotChunkBetweenDeleteAndWriteOut(t *testing.T) {
 	i := st.ShardOf([]byte("k"))
 	sess := st.NewSession()
 	sess.AddTo(i, &Op{Kind: opSnapRound, Cursor: 99})
-	sess.AddTo(i, &Op{Kind: opSnapStep})
+	sess.AddTo(i, &Op{Kind: opStep})
 	sess.Run()
 	st.persistAll()
 	require.NoError(t, st.Close())

@@ -31,7 +31,8 @@ const (
 	opSweep     // one step of the expiry sweep, run on the owner (tests)
 	opSnapshot  // rewrite the shard's keys to disk (after a reopen)
 	opSnapRound // start the shard's snapshot of round Cursor
-	opSnapStep  // take the next snapshot step now (tests)
+	opWriteOut  // start a write-out, as the persist tick does (tests)
+	opStep      // take the next write-out or snapshot step now (tests)
 	opPersist   // write changed keys out now, as the persist tick does (tests)
 )
 

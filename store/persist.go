@@ -66,15 +66,18 @@ func (f Fsync) String() string {
 //
 // Numbers are big endian, the expiry in Unix ms. Replaying the records in
 // order rebuilds the keyspace, whatever the number of shards that wrote them.
-// Every write is an append at the end of the key space and old records go by
-// range deletes, the pattern an LSM handles best: a write-out of random keys
-// no longer rewrites the whole tree when it is compacted, so the cost of a
-// change does not grow with the number of keys.
+// A shard numbers a record when it builds it, so each shard's records are
+// in the order of its changes, and a key's records all come from the shard
+// that owned it then. Every write lands at (or next to) the end of the key
+// space and old records are cut off at the start, the pattern an LSM
+// handles best: compactions mostly move files instead of merging random
+// keys into the whole tree, so a change costs the same at any number of
+// keys.
 //
 // Snapshot rounds bound the log: once it grows past twice the live state,
 // every shard writes all its keys as new records, a chunk at a time between
 // request batches, and when all are done the records older than the earliest
-// snapshot's start are deleted. A chunk holds state as of its own sequence
+// snapshot's start are excised. A chunk holds state as of its own sequence
 // number, later than any change it supersedes, so a snapshot needs no pause.
 //
 // Metadata keys start with 'm'.
@@ -92,8 +95,6 @@ const (
 	// pebbleFormat is pinned so that an upgrade of the library never
 	// silently rewrites a data dir into a format an older binary can't read.
 	pebbleFormat = pebble.FormatTableFormatV6
-	// snapChunk is how many entries a snapshot step writes between batches.
-	snapChunk = 4096
 	// setSize estimates one key's bytes in the log, to size snapshots.
 	setSize = 40
 )

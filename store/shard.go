@@ -34,11 +34,16 @@ type shard struct {
 	snap    bool          // pb starts with a full rewrite of the shard (resync)
 	rec     []byte        // the record being built
 	// Changed keys are written as their latest value, once per write-out:
-	// dirty lists their entries; deletions wait in dels as encoded entries
-	// (ndels of them), so a key deleted and created again is written once.
-	dirty []uint32
-	dels  []byte
-	ndels int
+	// dirty lists their entries. Under everysec and no, a write-out takes
+	// the list as writing and writes it a chunk at a time between batches
+	// (writePos: how far). Deletions wait in dels as encoded entries (ndels
+	// of them) until the next record, which they precede: a record that
+	// holds a key's state must come after every deletion made before it.
+	dirty    []uint32
+	writing  []uint32
+	writePos int
+	dels     []byte
+	ndels    int
 	// The snapshot of round snapRound (0: none) began at log sequence number
 	// snapStart and has written entries [0, snapPos).
 	snapRound, snapStart uint64
@@ -129,14 +134,14 @@ func (sh *shard) loop() {
 	}
 	for {
 		var step <-chan struct{}
-		if sh.snapRound != 0 {
+		if sh.snapRound != 0 || sh.writePos < len(sh.writing) {
 			step = ready
 		}
 		select {
 		case b := <-sh.in:
 			sh.runBatch(b)
 		case <-step:
-			sh.snapStep()
+			sh.step()
 		case <-tick:
 			// A frozen clock (DEBUG CLOCK) belongs to a test that drives
 			// time itself: sweeping at one frozen instant would delete keys
@@ -149,8 +154,8 @@ func (sh *shard) loop() {
 				sh.sendChanges(nil)
 			}
 		case <-persistTick:
-			sh.writeDirty()
-			sh.sendChanges(nil)
+			sh.startWriteOut()
+			sh.step()
 		case <-sh.quit:
 			// Sessions hold the store's read lock while their batches are in
 			// flight and Close waited for it, so no batch is left; hand the
@@ -183,31 +188,77 @@ func (sh *shard) runBatch(b *batch) {
 // to take a step whenever no batch is waiting.
 var ready = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// writeDirty appends one record to pb with the latest state of every key
-// changed since the last write-out: the deletions first, then the live keys,
-// so a key deleted and created again ends up live.
-func (sh *shard) writeDirty() {
-	if len(sh.dirty) == 0 && sh.ndels == 0 {
-		return
+// writeChunk is how many changed keys a write-out step writes between
+// batches, and snapChunk how many entries a snapshot step reads (variables
+// so that tests can interleave small steps).
+var writeChunk, snapChunk = 8192, 4096
+
+// step takes the next background step: a chunk of the write-out in
+// progress, else of the snapshot in progress; then sends it.
+func (sh *shard) step() {
+	if sh.writePos < len(sh.writing) {
+		sh.writeStep(writeChunk)
+	} else if sh.snapRound != 0 {
+		sh.snapStep()
 	}
-	rec := append(sh.rec[:0], sh.dels...)
-	n := sh.ndels
-	for _, ei := range sh.dirty {
-		e := sh.t.at(ei)
-		if e.isFree() || !e.isDirty() {
-			continue
-		}
-		e.setDirty(false)
-		e.setOnDisk()
-		k := sh.t.keyOf(e)
-		rec = appendSet(rec, cluster.KeySlot(k), k, e.tat, e.exp())
-		n++
-	}
-	sh.addRecord(rec, n)
-	sh.clearDirty(n)
+	sh.sendChanges(nil)
 }
 
-// addRecord appends rec, holding n changes, to pb as the next log record.
+// writeDirty writes every pending change to pb now: the write-out in
+// progress, the deletions, and every key changed since.
+func (sh *shard) writeDirty() {
+	sh.startWriteOut()
+	sh.writeStep(len(sh.writing))
+}
+
+// startWriteOut makes the keys changed since the last write-out the
+// write-out in progress, first finishing the previous one.
+func (sh *shard) startWriteOut() {
+	if sh.writePos < len(sh.writing) {
+		sh.writeStep(len(sh.writing))
+	}
+	sh.flushDels()
+	sh.writing, sh.dirty = sh.dirty, sh.writing[:0]
+	sh.writePos = 0
+}
+
+// writeStep writes up to max keys of the write-out in progress as one
+// record: each key's latest state (a key changed again after its chunk was
+// written is on the new dirty list).
+func (sh *shard) writeStep(max int) {
+	sh.flushDels()
+	rec, n := sh.recBuf(), 0
+	end := min(sh.writePos+max, len(sh.writing))
+	for _, ei := range sh.writing[sh.writePos:end] {
+		if e := sh.t.at(ei); !e.isFree() && e.isDirty() {
+			rec, n = sh.appendEntry(rec, ei, n, true)
+		}
+	}
+	sh.writePos = end
+	sh.addRecord(rec, n)
+	sh.rec = rec[:0]
+	if end == len(sh.writing) {
+		sh.writing, sh.writePos = sh.writing[:0], 0
+		if cap(sh.writing) > 1<<16 && len(sh.dirty) < cap(sh.writing)/4 {
+			sh.writing = nil // give back a burst's worth of memory
+		}
+	}
+}
+
+// flushDels appends the pending deletions to pb as a record.
+func (sh *shard) flushDels() {
+	if sh.ndels == 0 {
+		return
+	}
+	sh.addRecord(sh.dels, sh.ndels)
+	sh.dels, sh.ndels = sh.dels[:0], 0
+	if cap(sh.dels) > 1<<20 {
+		sh.dels = nil
+	}
+}
+
+// addRecord appends rec, holding n changes, to pb as the next log record;
+// rec may be reused after. sh.rec keeps rec's buffer for the next record.
 func (sh *shard) addRecord(rec []byte, n int) {
 	if n > 0 {
 		var k [logKeyLen]byte
@@ -215,24 +266,21 @@ func (sh *shard) addRecord(rec []byte, n int) {
 		_ = b.Set(logKey(&k, sh.p.seq.Add(1)), rec, nil)
 		sh.pbCount += int64(n)
 	}
-	sh.rec = rec[:0]
-	if cap(rec) > 1<<20 && len(rec) < cap(rec)/4 {
-		sh.rec = nil // give back a burst's worth of memory
-	}
 }
 
-// clearDirty forgets the pending changes (written out, or covered by a
-// rewrite), giving back a burst's worth of memory.
-func (sh *shard) clearDirty(used int) {
-	sh.dirty = sh.dirty[:0]
-	sh.dels = sh.dels[:0]
-	sh.ndels = 0
-	if cap(sh.dirty) > 1<<16 && used < cap(sh.dirty)/4 {
-		sh.dirty = nil
+// recBuf returns an empty buffer for a record, giving back one that grew
+// large for a burst.
+func (sh *shard) recBuf() []byte {
+	if cap(sh.rec) > 1<<20 {
+		sh.rec = nil
 	}
-	if cap(sh.dels) > 1<<20 && used*setSize < cap(sh.dels)/4 {
-		sh.dels = nil
-	}
+	return sh.rec[:0]
+}
+
+// clearDirty forgets the pending changes (covered by a rewrite or a flush).
+func (sh *shard) clearDirty() {
+	sh.dirty, sh.writing, sh.writePos = nil, nil, 0
+	sh.dels, sh.ndels = nil, 0
 }
 
 // sendChanges hands the batch's changes to the committer and arranges for
@@ -286,16 +334,17 @@ func (sh *shard) startSnapshot(round uint64) {
 // deleted and created again since the last write-out has its deletion
 // still waiting, and the write-out must write the key after it.
 func (sh *shard) snapStep() {
-	rec, n := sh.rec[:0], 0
-	end := min(sh.snapPos+snapChunk, sh.t.nent)
+	sh.flushDels()
+	rec, n := sh.recBuf(), 0
+	end := min(sh.snapPos+uint32(snapChunk), sh.t.nent)
 	for ; sh.snapPos < end; sh.snapPos++ {
 		rec, n = sh.appendEntry(rec, sh.snapPos, n, false)
 	}
 	sh.addRecord(rec, n)
+	sh.rec = rec[:0]
 	if sh.snapPos >= sh.t.nent {
 		sh.snapDone, sh.snapRound = sh.snapRound, 0
 	}
-	sh.sendChanges(nil)
 }
 
 // appendEntry appends entry i's state to rec if it holds a key, counting it
@@ -326,15 +375,16 @@ func (sh *shard) snapshot() {
 		sh.pb, sh.pbCount = nil, 0
 	}
 	sh.batchSized(sh.t.len()*setSize + (sh.t.len()/snapChunk+2)*(logKeyLen+16))
-	sh.clearDirty(0)
-	rec, n := appendDrop(sh.rec[:0], sh.slotLo, sh.slotHi), 1
+	sh.clearDirty()
+	rec, n := appendDrop(sh.recBuf(), sh.slotLo, sh.slotHi), 1
 	for i := uint32(0); i < sh.t.nent; i++ {
 		if rec, n = sh.appendEntry(rec, i, n, true); n == snapChunk {
 			sh.addRecord(rec, n)
-			rec, n = sh.rec, 0
+			rec, n = rec[:0], 0
 		}
 	}
 	sh.addRecord(rec, n)
+	sh.rec = rec[:0]
 	sh.snap = true
 }
 
@@ -421,9 +471,10 @@ func (sh *shard) exec(op *Op) {
 	case OpFlush:
 		sh.t.reset()
 		sh.expires = 0
-		sh.clearDirty(0)
+		sh.clearDirty()
 		if sh.p != nil {
-			sh.addRecord(appendDrop(sh.rec[:0], sh.slotLo, sh.slotHi), 1)
+			sh.rec = appendDrop(sh.recBuf(), sh.slotLo, sh.slotHi)
+			sh.addRecord(sh.rec, 1)
 		}
 	case OpScan:
 		sh.scan(op, nowMs)
@@ -471,10 +522,10 @@ func (sh *shard) exec(op *Op) {
 		sh.snapshot()
 	case opSnapRound:
 		sh.startSnapshot(op.Cursor)
-	case opSnapStep:
-		if sh.snapRound != 0 {
-			sh.snapStep()
-		}
+	case opWriteOut:
+		sh.startWriteOut()
+	case opStep:
+		sh.step()
 	case opPersist:
 		sh.writeDirty()
 		sh.sendChanges(nil)
@@ -620,7 +671,8 @@ func (sh *shard) dropSlots(op *Op) {
 	if sh.p == nil {
 		return
 	}
-	rec, n := sh.rec[:0], 0
+	sh.flushDels()
+	rec, n := sh.recBuf(), 0
 	for _, r := range op.Ranges {
 		lo, hi := max(r[0], sh.slotLo), min(r[1]+1, sh.slotHi)
 		if lo < hi {
@@ -628,6 +680,7 @@ func (sh *shard) dropSlots(op *Op) {
 		}
 	}
 	sh.addRecord(rec, n)
+	sh.rec = rec
 }
 
 // dropSlotsMem removes the keys of the given inclusive slot ranges from
