@@ -151,6 +151,7 @@ func (sh *shard) loop() {
 			}
 			sh.publish()
 			if sh.writeThrough() {
+				sh.writeDirty() // the sweep's deletions
 				sh.sendChanges(nil)
 			}
 		case <-persistTick:
@@ -184,8 +185,8 @@ func (sh *shard) runBatch(b *batch) {
 	b.wg.Done()
 }
 
-// ready is always ready: a shard with a snapshot in progress selects on it
-// to take a step whenever no batch is waiting.
+// ready is always ready: a shard with a write-out or a snapshot in
+// progress selects on it to take a step whenever no batch is waiting.
 var ready = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // writeChunk is how many changed keys a write-out step writes between
@@ -222,13 +223,13 @@ func (sh *shard) startWriteOut() {
 	sh.writePos = 0
 }
 
-// writeStep writes up to max keys of the write-out in progress as one
+// writeStep writes up to limit keys of the write-out in progress as one
 // record: each key's latest state (a key changed again after its chunk was
 // written is on the new dirty list).
-func (sh *shard) writeStep(max int) {
+func (sh *shard) writeStep(limit int) {
 	sh.flushDels()
 	rec, n := sh.recBuf(), 0
-	end := min(sh.writePos+max, len(sh.writing))
+	end := min(sh.writePos+limit, len(sh.writing))
 	for i := sh.writePos; i < end; i += warmGroup {
 		group := sh.writing[i:min(i+warmGroup, end)]
 		sh.warmEntries(group)
@@ -352,11 +353,11 @@ func (sh *shard) startSnapshot(round uint64) {
 	sh.snapRound, sh.snapStart, sh.snapPos = round, sh.p.seq.Load()+1, 0
 }
 
-// snapStep writes the next chunk of the snapshot in progress as one record
-// and sends it to the committer; after the last one the shard reports the
-// round done. A chunk leaves its keys' pending changes pending: a key
-// deleted and created again since the last write-out has its deletion
-// still waiting, and the write-out must write the key after it.
+// snapStep writes the next chunk of the snapshot in progress as one record,
+// after the pending deletions; after the last chunk the shard reports the
+// round done with its next send. A chunk leaves its keys' changes pending
+// for the write-out too, so a snapshot never decides what a write-out
+// writes.
 func (sh *shard) snapStep() {
 	sh.flushDels()
 	rec, n := sh.recBuf(), 0
