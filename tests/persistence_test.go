@@ -226,3 +226,109 @@ func TestExpiredKeysGoneAfterRestart(t *testing.T) {
 	info := rdb2.Info(ctx, "persistence").Val()
 	assert.True(t, strings.Contains(info, "loaded_keys:1\r\n") && strings.Contains(info, "loaded_expired_dropped:50\r\n"), info)
 }
+
+// infoInt reads an integer field of INFO's section.
+func infoInt(t *testing.T, rdb *redis.Client, section, field string) int64 {
+	info := rdb.Info(context.Background(), section).Val()
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			var n int64
+			_, err := fmt.Sscan(v, &n)
+			require.NoError(t, err, line)
+			return n
+		}
+	}
+	t.Fatalf("INFO %s has no %s", section, field)
+	return 0
+}
+
+// TestKill9AfterSnapshotRounds: every key written once, then a hot four
+// fifths changed until the log passes its snapshot threshold, so shards
+// rewrite their keys and the records before are cut off (the cold keys'
+// only records then are the snapshot's); then more changes and deletions
+// on top, a pause longer than the write-out interval, kill -9, and a
+// restart that must hold exactly the state read before the kill.
+func TestKill9AfterSnapshotRounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes over 16 MiB of log")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	srv := startServer(t, "--data-dir", dir)
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 120*time.Second)
+	const n = 100_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("snap:{%d}:%d", i%997, i)
+	}
+	pass := func(keys []string) {
+		var wg sync.WaitGroup
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for lo := w * 256; lo < len(keys); lo += 4 * 256 {
+					pipe := rdb.Pipeline()
+					for _, k := range keys[lo:min(lo+256, len(keys))] {
+						pipe.Do(ctx, "CL.THROTTLE", k, 1000, 1, 3600)
+					}
+					_, err := pipe.Exec(ctx)
+					assert.NoError(t, err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	pass(keys)
+	time.Sleep(1500 * time.Millisecond) // written out before the round starts
+	deadline := time.Now().Add(60 * time.Second)
+	for infoInt(t, rdb, "persistence", "snapshot_rounds") == 0 {
+		require.True(t, time.Now().Before(deadline), "no snapshot round after 60 s of changes")
+		pass(keys[:n*4/5])
+	}
+	t.Logf("%d snapshot rounds after the hot passes", infoInt(t, rdb, "persistence", "snapshot_rounds"))
+	pass(keys[:n/2])
+	pipe := rdb.Pipeline()
+	for _, k := range keys[n/4 : n/4+5000] {
+		pipe.Del(ctx, k)
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	time.Sleep(2500 * time.Millisecond) // past the next write-out and its sync
+
+	read := func(rdb *redis.Client) []string {
+		out := make([]string, n)
+		for lo := 0; lo < n; lo += 1000 {
+			pipe := rdb.Pipeline()
+			cmds := make([]*redis.StringCmd, 0, 1000)
+			for _, k := range keys[lo:min(lo+1000, n)] {
+				cmds = append(cmds, pipe.Get(ctx, k))
+			}
+			_, _ = pipe.Exec(ctx)
+			for i, c := range cmds {
+				v, err := c.Result()
+				if err != redis.Nil {
+					require.NoError(t, err)
+				}
+				out[lo+i] = v
+			}
+		}
+		return out
+	}
+	want := read(rdb)
+	srv.Kill9()
+	srv2 := startServer(t, "--data-dir", dir)
+	rdb2 := srv2.Client(t)
+	got := read(rdb2)
+	diff := 0
+	for i := range want {
+		if want[i] != got[i] {
+			if diff < 5 {
+				t.Errorf("%s: %q before kill -9, %q after", keys[i], want[i], got[i])
+			}
+			diff++
+		}
+	}
+	assert.Zero(t, diff, "keys that differ after the restart")
+	assert.Equal(t, int64(n-5000), infoInt(t, rdb2, "persistence", "loaded_keys"))
+}
