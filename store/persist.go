@@ -252,6 +252,7 @@ type commitReq struct {
 type logBatch struct {
 	b     *pebble.Batch
 	count int64
+	sh    *shard
 }
 
 // errPebbleFatal marks an error Pebble reported through Logger.Fatalf: its
@@ -471,7 +472,7 @@ func (p *persister) loop() {
 				_ = r.b.Close() // memory is the truth; the resync rewrites it
 				continue
 			}
-			todo = append(todo, logBatch{r.b, r.count})
+			todo = append(todo, logBatch{r.b, r.count, r.sh})
 		}
 		committed := false
 		for i, lb := range todo {
@@ -500,7 +501,7 @@ func (p *persister) loop() {
 				p.commits.Add(1)
 				p.changes.Add(lb.count)
 				p.logged += int64(lb.b.Len())
-				_ = lb.b.Close()
+				lb.sh.recycle(lb.b, db)
 			}
 			if len(todo) == 0 {
 				break

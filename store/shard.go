@@ -29,10 +29,11 @@ type shard struct {
 	p       *persister
 	pb      *pebble.Batch
 	pbCount int64
-	sent    uint64        // requests sent to the committer
-	synced  atomic.Uint64 // requests the committer has finished
-	snap    bool          // pb starts with a full rewrite of the shard (resync)
-	rec     []byte        // the record being built
+	spare   chan spareBatch // committed batches, for reuse
+	sent    uint64          // requests sent to the committer
+	synced  atomic.Uint64   // requests the committer has finished
+	snap    bool            // pb starts with a full rewrite of the shard (resync)
+	rec     []byte          // the record being built
 	// Changed keys are written as their latest value, once per write-out:
 	// dirty lists their entries. Under everysec and no, a write-out takes
 	// the list as writing and writes it a chunk at a time between batches
@@ -44,6 +45,7 @@ type shard struct {
 	writePos int
 	dels     []byte
 	ndels    int
+	delsPeak int // the most bytes dels held since the last write-out began
 	// The snapshot of round snapRound (0: none) began at log sequence number
 	// snapStart and has written entries [0, snapPos).
 	snapRound, snapStart uint64
@@ -73,6 +75,7 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 		slotLo: lo,
 		slotHi: hi,
 		p:      p,
+		spare:  make(chan spareBatch, 4),
 	}
 }
 
@@ -219,6 +222,10 @@ func (sh *shard) startWriteOut() {
 		sh.writeStep(len(sh.writing))
 	}
 	sh.flushDels()
+	if cap(sh.dels) > 1<<16 && sh.delsPeak < cap(sh.dels)/4 {
+		sh.dels = nil // give back a burst's worth of memory
+	}
+	sh.delsPeak = 0
 	sh.writing, sh.dirty = sh.dirty, sh.writing[:0]
 	sh.writePos = 0
 }
@@ -227,9 +234,12 @@ func (sh *shard) startWriteOut() {
 // record: each key's latest state (a key changed again after its chunk was
 // written is on the new dirty list).
 func (sh *shard) writeStep(limit int) {
+	end := min(sh.writePos+limit, len(sh.writing))
+	if end > sh.writePos || sh.ndels > 0 {
+		sh.batchSized(len(sh.dels) + (end-sh.writePos)*setSize + 2*logKeyLen)
+	}
 	sh.flushDels()
 	rec, n := sh.recBuf(), 0
-	end := min(sh.writePos+limit, len(sh.writing))
 	for i := sh.writePos; i < end; i += warmGroup {
 		group := sh.writing[i:min(i+warmGroup, end)]
 		sh.warmEntries(group)
@@ -243,10 +253,7 @@ func (sh *shard) writeStep(limit int) {
 	sh.addRecord(rec, n)
 	sh.rec = rec[:0]
 	if end == len(sh.writing) {
-		sh.writing, sh.writePos = sh.writing[:0], 0
-		if cap(sh.writing) > 1<<16 && len(sh.dirty) < cap(sh.writing)/4 {
-			sh.writing = nil // give back a burst's worth of memory
-		}
+		sh.writing, sh.writePos = reuse(sh.writing), 0
 	}
 }
 
@@ -276,10 +283,18 @@ func (sh *shard) flushDels() {
 		return
 	}
 	sh.addRecord(sh.dels, sh.ndels)
+	sh.delsPeak = max(sh.delsPeak, len(sh.dels))
 	sh.dels, sh.ndels = sh.dels[:0], 0
-	if cap(sh.dels) > 1<<20 {
-		sh.dels = nil
+}
+
+// reuse empties a buffer for its next use, or drops it if this use filled
+// less than a quarter of a large one: a burst's worth of memory goes back,
+// a steady load keeps its buffer instead of growing a new one each time.
+func reuse(b []uint32) []uint32 {
+	if cap(b) > 1<<16 && len(b) < cap(b)/4 {
+		return nil
 	}
+	return b[:0]
 }
 
 // addRecord appends rec, holding n changes, to pb as the next log record;
@@ -294,7 +309,7 @@ func (sh *shard) addRecord(rec []byte, n int) {
 }
 
 // recBuf returns an empty buffer for a record, giving back one that grew
-// large for a burst.
+// large for a burst (a write-out under --fsync always, a resync).
 func (sh *shard) recBuf() []byte {
 	if cap(sh.rec) > 1<<20 {
 		sh.rec = nil
@@ -417,12 +432,41 @@ func (sh *shard) snapshot() {
 func (sh *shard) batch() *pebble.Batch { return sh.batchSized(0) }
 
 // batchSized is batch with room for about size more bytes, so a large
-// write-out does not grow (and copy) the batch over and over.
+// write-out does not grow (and copy) the batch over and over. A batch the
+// committer has handed back is reused: a steady load then allocates none.
 func (sh *shard) batchSized(size int) *pebble.Batch {
 	if sh.pb == nil {
-		sh.pb = sh.p.db().NewBatchWithSize(size)
+		db := sh.p.db()
+		select {
+		case s := <-sh.spare:
+			if s.db == db {
+				s.b.Reset()
+				sh.pb = s.b
+				break
+			}
+			_ = s.b.Close() // from before a reopen
+			sh.pb = db.NewBatchWithSize(size)
+		default:
+			sh.pb = db.NewBatchWithSize(size)
+		}
 	}
 	return sh.pb
+}
+
+// spareBatch is a committed batch of db, to reuse.
+type spareBatch struct {
+	b  *pebble.Batch
+	db *pebble.DB
+}
+
+// recycle takes back a batch the committer has applied to db, closing it if
+// the shard already holds enough spares.
+func (sh *shard) recycle(b *pebble.Batch, db *pebble.DB) {
+	select {
+	case sh.spare <- spareBatch{b, db}:
+	default:
+		_ = b.Close()
+	}
 }
 
 // markDirty notes that entry ei changed and must be written out.
