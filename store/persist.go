@@ -726,9 +726,10 @@ func (sh *shard) replay(buf []byte) {
 	for r.next() {
 		switch r.kind {
 		case recSet:
-			ei := sh.t.find(r.key)
+			h := sh.t.hash(r.key)
+			ei := sh.t.findHash(r.key, h)
 			if ei < 0 {
-				ei = int64(sh.t.insert(r.key))
+				ei = int64(sh.t.insertHash(r.key, h))
 			}
 			sh.set(uint32(ei), r.tat, r.exp)
 			sh.t.at(uint32(ei)).setOnDisk()

@@ -222,10 +222,7 @@ func (sh *shard) startWriteOut() {
 		sh.writeStep(len(sh.writing))
 	}
 	sh.flushDels()
-	if cap(sh.dels) > 1<<16 && sh.delsPeak < cap(sh.dels)/4 {
-		sh.dels = nil // give back a burst's worth of memory
-	}
-	sh.delsPeak = 0
+	sh.dels, sh.delsPeak = reuse(sh.dels, sh.delsPeak), 0
 	sh.writing, sh.dirty = sh.dirty, sh.writing[:0]
 	sh.writePos = 0
 }
@@ -253,7 +250,7 @@ func (sh *shard) writeStep(limit int) {
 	sh.addRecord(rec, n)
 	sh.rec = rec[:0]
 	if end == len(sh.writing) {
-		sh.writing, sh.writePos = reuse(sh.writing), 0
+		sh.writing, sh.writePos = reuse(sh.writing, len(sh.writing)), 0
 	}
 }
 
@@ -287,11 +284,12 @@ func (sh *shard) flushDels() {
 	sh.dels, sh.ndels = sh.dels[:0], 0
 }
 
-// reuse empties a buffer for its next use, or drops it if this use filled
-// less than a quarter of a large one: a burst's worth of memory goes back,
-// a steady load keeps its buffer instead of growing a new one each time.
-func reuse(b []uint32) []uint32 {
-	if cap(b) > 1<<16 && len(b) < cap(b)/4 {
+// reuse empties a buffer for its next use, or drops it if the last use
+// (used elements at most) filled less than a quarter of a large one: a
+// burst's worth of memory goes back, a steady load keeps its buffer instead
+// of growing a new one each time.
+func reuse[T any](b []T, used int) []T {
+	if cap(b) > 1<<16 && used < cap(b)/4 {
 		return nil
 	}
 	return b[:0]

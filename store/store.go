@@ -174,20 +174,18 @@ func (s *Store) load() error {
 
 // resync has every shard rewrite its keys to disk, in order with its other
 // changes.
-func (s *Store) resync() {
-	sess := s.NewSession()
-	for i := range s.shards {
-		sess.AddTo(i, &Op{Kind: opSnapshot})
-	}
-	sess.Run()
-}
+func (s *Store) resync() { s.onEveryShard(opSnapshot, 0) }
 
 // snapshotRound has every shard start its snapshot of a round (the
 // committer calls it when the log has grown enough).
-func (s *Store) snapshotRound(round uint64) {
+func (s *Store) snapshotRound(round uint64) { s.onEveryShard(opSnapRound, round) }
+
+// onEveryShard runs an op of the given kind (with cursor as its argument)
+// on every shard's goroutine and waits for all of them.
+func (s *Store) onEveryShard(kind Kind, cursor uint64) {
 	sess := s.NewSession()
 	for i := range s.shards {
-		sess.AddTo(i, &Op{Kind: opSnapRound, Cursor: round})
+		sess.AddTo(i, &Op{Kind: kind, Cursor: cursor})
 	}
 	sess.Run()
 }

@@ -169,11 +169,7 @@ func TestSweepRemovesUntouchedKeys(t *testing.T) {
 // persistAll has every shard write its changes out now (as its persist
 // tick does) and waits until the committer has taken them.
 func (s *Store) persistAll() {
-	sess := s.NewSession()
-	for i := range s.shards {
-		sess.AddTo(i, &Op{Kind: opPersist})
-	}
-	sess.Run()
+	s.onEveryShard(opPersist, 0)
 	for s.p != nil && s.p.pending.Load() > 0 {
 		time.Sleep(time.Millisecond)
 	}
