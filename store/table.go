@@ -78,7 +78,7 @@ func (e *entry) keyLen() int {
 const (
 	entryPageBits = 16 // 2 MiB pages: one huge page each (see flatmem.go)
 	entryPageSize = 1 << entryPageBits
-	arenaPageSize = 1 << 20
+	arenaPageSize = 2 << 20 // one huge page each, like the entry pages
 	idxEmpty      = 0
 	idxTomb       = 1
 	minIdxSize    = 16
@@ -226,7 +226,7 @@ func (t *table) remove(ei uint32) {
 		}
 	}
 	if n := e.keyLen(); n > inlineKey {
-		t.arena.release(uint32(n))
+		t.arena.forget(uint32(n))
 	}
 	*e = entry{meta: metaFree}
 	t.freeL = append(t.freeL, ei)
@@ -265,6 +265,7 @@ func (t *table) compact() {
 			t.setKey(e, t.keyOf(e), &a)
 		}
 	}
+	t.arena.release()
 	t.arena = a
 }
 
@@ -281,11 +282,16 @@ func (t *table) release() {
 	for _, p := range t.pages {
 		flatFree(p)
 	}
+	t.arena.release()
 	t.idx, t.pages = nil, nil
 }
 
-// arena stores key bytes in 1 MiB pages (a longer key gets a page of its own),
-// so it grows without copying and holds no per-key pointers.
+// arena stores key bytes in 2 MiB pages (a longer key gets a page of its
+// own), so it grows without copying and holds no per-key pointers. Its pages
+// come from flatAlloc, like the entry pages: outside the Go heap, and on
+// huge pages, so confirming a long key does not cost a TLB miss of its own.
+// A key slice taken from it (keyOf) must not be kept past the next change
+// to the table: compact and release unmap the pages.
 type arena struct {
 	pages   [][]byte
 	total   int // bytes handed out
@@ -301,7 +307,7 @@ func (a *arena) put(b []byte) uint64 {
 		if len(b) > size {
 			size = len(b)
 		}
-		a.pages = append(a.pages, make([]byte, 0, size))
+		a.pages = append(a.pages, flatAlloc[byte](size)[:0])
 		n++
 	}
 	p := a.pages[n-1]
@@ -317,4 +323,13 @@ func (a *arena) get(loc uint64, n uint32) []byte {
 	return p[off : off+n : off+n]
 }
 
-func (a *arena) release(n uint32) { a.garbage += int(n) }
+// forget counts n bytes of a removed key as garbage.
+func (a *arena) forget(n uint32) { a.garbage += int(n) }
+
+// release gives back every page; a must not be used after.
+func (a *arena) release() {
+	for _, p := range a.pages {
+		flatFree(p)
+	}
+	*a = arena{}
+}
