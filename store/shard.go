@@ -176,8 +176,15 @@ func (sh *shard) loop() {
 
 func (sh *shard) runBatch(b *batch) {
 	sh.warm(b.ops)
+	// One clock reading serves the whole batch, which is one pipeline's
+	// commands for this shard (a reading costs 57 ns on the VM the README's
+	// figures come from, about 3% of a command). Each command still uses a
+	// single reading for both its TAT arithmetic and its expiry (spec §9);
+	// a pipeline's commands are answered as if they arrived at the same
+	// instant, as Redis does for the commands of a MULTI or a script.
+	now := sh.clock.Now()
 	for _, op := range b.ops {
-		sh.exec(op)
+		sh.exec(op, now)
 	}
 	sh.publish()
 	if sh.writeThrough() {
@@ -493,14 +500,13 @@ func (sh *shard) publish() {
 	sh.bytes.Store(sh.t.bytes())
 }
 
-// exec runs one op; a panic fails that op only.
-func (sh *shard) exec(op *Op) {
+// exec runs one op at clock reading now; a panic fails that op only.
+func (sh *shard) exec(op *Op, now int64) {
 	defer func() {
 		if r := recover(); r != nil {
 			op.Err = ErrPanic
 		}
 	}()
-	now := sh.clock.Now() // read once per command (spec §9)
 	nowMs := floorMs(now)
 	switch op.Kind {
 	case OpThrottle:
