@@ -86,12 +86,14 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 // dominate a lookup.
 func (sh *shard) warm(ops []*Op) {
 	t := sh.t
-	mask := uint64(len(t.idx) - 1)
 	var sink uint64
 	for _, op := range ops {
 		if op.keyed() {
 			op.hash = t.hash(op.Key)
-			sink += t.idx[op.hash&mask]
+			sink += t.idx[home(op.hash, t.shift)]
+			if t.old != nil { // a key not moved yet is found there
+				sink += t.old[home(op.hash, t.oldShift)]
+			}
 		}
 	}
 	if len(ops) > 1 {
@@ -99,7 +101,7 @@ func (sh *shard) warm(ops []*Op) {
 			if !op.keyed() {
 				continue
 			}
-			if v := t.idx[op.hash&mask]; v > idxTomb {
+			if v := t.idx[home(op.hash, t.shift)]; v > idxTomb {
 				e := t.at(uint32(v) - 2)
 				sink += e.meta
 			}
@@ -108,7 +110,7 @@ func (sh *shard) warm(ops []*Op) {
 			if !op.keyed() {
 				continue
 			}
-			if v := t.idx[op.hash&mask]; v > idxTomb {
+			if v := t.idx[home(op.hash, t.shift)]; v > idxTomb {
 				if e := t.at(uint32(v) - 2); e.keyLen() > 0 && !e.isFree() {
 					sink += uint64(t.keyOf(e)[0])
 				}

@@ -52,6 +52,50 @@ func TestTableMatchesMap(t *testing.T) {
 	require.Equal(t, int(tb.nent)-live, len(tb.freeL))
 }
 
+// TestTableGrowsIncrementally checks that growing the index moves it a few
+// slots per insert (no insert rebuilds a big index at once) and that every
+// key stays reachable, and removable, while both indexes are in use.
+func TestTableGrowsIncrementally(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	defer tb.release()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var keys [][]byte
+	var eis []uint32
+	rebuilds, midChecks := 0, 0
+	for i := 0; i < 200_000; i++ {
+		wasOld, pos := tb.old != nil, tb.oldPos
+		k := []byte(fmt.Sprintf("user:%012d", i))
+		keys, eis = append(keys, k), append(eis, tb.insert(k))
+		switch {
+		case tb.old != nil && !wasOld:
+			rebuilds++
+			require.Zero(t, tb.oldPos, "a rebuild starts with nothing moved")
+		case wasOld && tb.old != nil:
+			require.LessOrEqual(t, tb.oldPos-pos, migrateStep)
+		}
+		if tb.old != nil && len(tb.old) >= 1<<16 && tb.oldPos > len(tb.old)/2 && midChecks < 3 {
+			// Halfway through moving a big index: every key is found.
+			midChecks++
+			for j, k := range keys {
+				require.Equal(t, int64(eis[j]), tb.find(k), "key %q during a rebuild", k)
+			}
+		}
+		if i%3 == 0 { // remove a random earlier key (maybe still in the old index)
+			j := rng.IntN(len(keys))
+			tb.remove(eis[j])
+			require.Equal(t, int64(-1), tb.find(keys[j]))
+			keys[j], eis[j] = keys[len(keys)-1], eis[len(eis)-1]
+			keys, eis = keys[:len(keys)-1], eis[:len(eis)-1]
+		}
+	}
+	require.Greater(t, rebuilds, 10)
+	require.Equal(t, 3, midChecks)
+	for j, k := range keys {
+		require.Equal(t, int64(eis[j]), tb.find(k))
+	}
+	require.Equal(t, len(keys), tb.len())
+}
+
 func TestTableArenaCompacts(t *testing.T) {
 	tb := newTable(maphash.MakeSeed())
 	big := make([]byte, 4096)
