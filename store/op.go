@@ -34,6 +34,7 @@ const (
 	opWriteOut  // start a write-out, as the persist tick does (tests)
 	opStep      // take the next write-out or snapshot step now (tests)
 	opPersist   // write changed keys out now, as the persist tick does (tests)
+	opOldIndex  // N = slots of the key index still being migrated (tests)
 )
 
 // Errors an Op can carry.

@@ -137,23 +137,24 @@ func (sh *shard) loop() {
 		defer tk.Stop()
 		persistTick = tk.C
 	}
-	waited := 0 // batches run since a step was last due
+	waited := 0 // commands run since a step was last due
 	for {
 		var step <-chan struct{}
-		if sh.snapRound != 0 || sh.writePos < len(sh.writing) {
+		if sh.snapRound != 0 || sh.writePos < len(sh.writing) || sh.t.old != nil {
 			step = ready
-			// Batches go first: a step runs when none is queued, or after
-			// stepEvery batches, so that a busy shard's write-out still
-			// ends within its second. (select picks at random among ready
-			// cases; a client's pipeline would otherwise wait behind a
+			// Batches go first: a step runs when none is queued, or once
+			// writeChunk/2 commands ran since it was due. A command changes
+			// at most one key, so even a shard that is never idle writes
+			// out twice as fast as it changes keys, and its write-out ends
+			// within its second. (select picks at random among ready
+			// cases: a client's pipeline would otherwise wait behind a
 			// step half the time, and an event loop serving many clients
-			// one after another added those waits up: 60-90 ms worst
-			// case at 10M keys.)
-			if waited < stepEvery {
+			// one after another added those waits up.)
+			if waited < writeChunk/2 {
 				select {
 				case b := <-sh.in:
 					sh.runBatch(b)
-					waited++
+					waited += len(b.ops)
 					continue
 				default:
 				}
@@ -223,16 +224,25 @@ var ready = func() chan struct{} { c := make(chan struct{}); close(c); return c 
 // batches, and snapChunk how many entries a snapshot step reads (variables
 // so that tests can interleave small steps). A step of 2048 keys takes
 // about 0.35 ms at 10M keys, which is what a batch may wait behind it.
-// stepEvery is how many queued batches may run before a due step does.
-var writeChunk, snapChunk, stepEvery = 2048, 2048, 8
+var writeChunk, snapChunk = 2048, 2048
+
+// migrateIdle is how many old index slots an idle step moves (about 0.1 ms).
+const migrateIdle = 16384
 
 // step takes the next background step: a chunk of the write-out in
-// progress, else of the snapshot in progress; then sends it.
+// progress, else of the snapshot in progress, which it then sends; else a
+// chunk of the key index's migration (see table).
 func (sh *shard) step() {
-	if sh.writePos < len(sh.writing) {
+	switch {
+	case sh.writePos < len(sh.writing):
 		sh.writeStep(writeChunk)
-	} else if sh.snapRound != 0 {
+	case sh.snapRound != 0:
 		sh.snapStep()
+	case sh.t.old != nil:
+		// Inserts move the old index along; an idle shard finishes it so
+		// that the old index's memory is not held until more keys come.
+		sh.t.migrate(migrateIdle)
+		return
 	}
 	sh.sendChanges(nil)
 }
@@ -624,6 +634,8 @@ func (sh *shard) exec(op *Op, now int64) {
 	case opPersist:
 		sh.writeDirty()
 		sh.sendChanges(nil)
+	case opOldIndex:
+		op.N = int64(len(sh.t.old) - sh.t.oldPos)
 	case OpKeys:
 		op.Keys = op.Keys[:0]
 		for i := uint32(0); i < sh.t.nent; i++ {

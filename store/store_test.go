@@ -188,6 +188,34 @@ func (s *Store) sweepAll() {
 	wg.Wait()
 }
 
+// TestIdleShardFinishesIndexMigration checks that a shard moves the rest of
+// a growing key index when it is idle, so the old index's memory does not
+// wait for more inserts.
+func TestIdleShardFinishesIndexMigration(t *testing.T) {
+	st, _ := newTestStore(t, 1)
+	oldIndex := func() int64 {
+		op := &Op{Kind: opOldIndex}
+		run(st, op)
+		return op.N
+	}
+	n := 0
+	for oldIndex() < 1<<15 { // 100 inserts per batch move at most 12800 slots
+		require.Less(t, n, 1_000_000, "the index never grew")
+		ops := make([]*Op, 100)
+		for i := range ops {
+			ops[i] = throttleOp(fmt.Sprint("grow:", n), 10, 1, 60, 1)
+			n++
+		}
+		run(st, ops...)
+	}
+	require.Eventually(t, func() bool { return oldIndex() == 0 }, 5*time.Second, 10*time.Millisecond)
+	for i := 0; i < n; i++ {
+		op := &Op{Kind: OpExists, Key: []byte(fmt.Sprint("grow:", i))}
+		run(st, op)
+		require.Equal(t, int64(1), op.N)
+	}
+}
+
 func TestSweepTicker(t *testing.T) {
 	clk := &Clock{} // the wall clock: the ticker sweeps only an unfrozen clock
 	st, err := New(Config{Shards: 2, Clock: clk, SweepInterval: time.Millisecond})

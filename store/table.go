@@ -325,7 +325,7 @@ func (t *table) migrate(k int) {
 	t.oldPos = end
 	if end == len(t.old) {
 		flatFree(t.old)
-		t.old = nil
+		t.old, t.oldPos = nil, 0
 	}
 }
 
