@@ -153,8 +153,8 @@ func (sh *shard) loop() {
 			if waited < writeChunk/2 {
 				select {
 				case b := <-sh.in:
+					waited += len(b.ops) // before the batch is done and reused
 					sh.runBatch(b)
-					waited += len(b.ops)
 					continue
 				default:
 				}
