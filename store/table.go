@@ -93,7 +93,7 @@ const (
 // is the top bits of its hash, which its index value keeps (the top 32), so
 // a bigger index places every value from the value alone. The rebuild is
 // incremental, as Redis's dict rehashing is: the previous index (old) stays
-// beside the new one and each insert moves the next migrateStep of its
+// beside the new one and each insert moves the next migStep of its
 // slots, so growing a table of millions of keys never stalls the shard
 // (moving 6M keys at once took 0.7 s when it rehashed every key). Lookups
 // meanwhile probe the new index, then the old one.
@@ -111,21 +111,18 @@ type table struct {
 	old      []uint64
 	oldShift uint
 	oldPos   int
+	migStep  int // old slots each insert moves (see rehash)
 	pages    [][]entry
 	nent     uint32   // entries handed out (high-water mark)
 	freeL    []uint32 // free entry indexes, reused before growing
 	arena    arena
 }
 
-// migrateStep is how many old index slots each insert moves. A rebuild
-// leaves idx at most half full and the next one starts at three quarters,
-// so at least len(idx)/4 inserts come between two, and the old index has at
-// most len(idx) slots (a same-size rebuild that clears tombstones): 4 per
-// insert would do. More ends the migration sooner, and while it lasts a
-// lookup that misses the new index probes the old one too. Moving is cheap:
-// old slots are read in order and, homes being the top bits of the hash,
-// land in order in the new index (128 slots: 16 cache lines read, 32
-// written).
+// migrateStep is the fewest old index slots each insert moves. More ends a
+// migration sooner, and while it lasts a lookup that misses the new index
+// probes the old one too. Moving is cheap: old slots are read in order and,
+// homes being the top bits of the hash, land in order in the new index (128
+// slots: 16 cache lines read, 32 written).
 const migrateStep = 128
 
 func newTable(seed maphash.Seed) *table {
@@ -208,7 +205,7 @@ func (t *table) insert(key []byte) uint32 { return t.insertHash(key, t.hash(key)
 // insertHash is insert with the key's hash already computed.
 func (t *table) insertHash(key []byte, h uint64) uint32 {
 	if t.old != nil {
-		t.migrate(migrateStep)
+		t.migrate(t.migStep)
 	}
 	if (t.used+1)*4 >= len(t.idx)*3 {
 		t.rehash()
@@ -299,17 +296,44 @@ func (t *table) maybeCompact() {
 // rehash starts rebuilding the index at a size that keeps the load under
 // 3/4 after this insert (growing, or shrinking away tombstones); inserts
 // move the old index's slots over (migrate).
+//
+// The move must end before the new index needs rebuilding in turn. It
+// starts at most half full (n >= 2*(live+1)) and is rebuilt at three
+// quarters; the slots it fills are keys moved or inserted since, each live
+// at some point, so at least n/4 inserts come first. Each insert therefore
+// moves 8*len(old)/n slots or more, ending the move within n/8 inserts: a
+// shrinking rebuild (many keys deleted, a big old index, a small new one)
+// moves many slots per insert, a growing one (len(old) <= n/2) the minimum.
 func (t *table) rehash() {
-	if t.old != nil {
-		t.migrate(len(t.old)) // never happens with migrateStep's margin
-	}
 	n, bits := minIdxSize, uint(4)
 	for n < (t.live+1)*2 { // load at most 1/2 after a rebuild, 3/4 before the next
 		n *= 2
 		bits++
 	}
+	if t.old != nil {
+		// Not reached, by the bound above. Were it, moving the rest of the
+		// old index into the current one could overfill it, so both go
+		// into the new index, at once.
+		cur, old := t.idx, t.old[t.oldPos:]
+		t.idx, t.shift, t.used = flatAlloc[uint64](n), 64-bits, 0
+		for _, v := range cur {
+			if v > idxTomb {
+				t.place(v)
+			}
+		}
+		for _, v := range old {
+			if v > idxTomb {
+				t.place(v)
+			}
+		}
+		flatFree(cur)
+		flatFree(t.old)
+		t.old, t.oldPos = nil, 0
+		return
+	}
 	t.old, t.oldShift, t.oldPos = t.idx, t.shift, 0
 	t.idx, t.shift, t.used = flatAlloc[uint64](n), 64-bits, 0
+	t.migStep = max(migrateStep, 8*len(t.old)/n)
 }
 
 // migrate moves the next k slots of the old index into idx, and drops the

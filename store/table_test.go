@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -71,7 +72,8 @@ func TestTableGrowsIncrementally(t *testing.T) {
 			rebuilds++
 			require.Zero(t, tb.oldPos, "a rebuild starts with nothing moved")
 		case wasOld && tb.old != nil:
-			require.LessOrEqual(t, tb.oldPos-pos, migrateStep)
+			require.LessOrEqual(t, tb.oldPos-pos, tb.migStep)
+			require.Equal(t, migrateStep, tb.migStep, "a growing rebuild moves the minimum")
 		}
 		if tb.old != nil && len(tb.old) >= 1<<16 && tb.oldPos > len(tb.old)/2 && midChecks < 3 {
 			// Halfway through moving a big index: every key is found.
@@ -94,6 +96,59 @@ func TestTableGrowsIncrementally(t *testing.T) {
 		require.Equal(t, int64(eis[j]), tb.find(k))
 	}
 	require.Equal(t, len(keys), tb.len())
+}
+
+// TestTableShrinkingRebuild deletes most keys of a big table, then churns
+// until tombstones start a rebuild into a small index, and keeps inserting:
+// the old index must be moved before the small one fills (an insert once
+// looped forever looking for a free slot there).
+func TestTableShrinkingRebuild(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	defer tb.release()
+	var keys [][]byte
+	for i := 0; len(tb.idx) < 4096 || tb.old != nil || (tb.used+2)*4 < len(tb.idx)*3; i++ {
+		k := []byte(fmt.Sprintf("a%d", i))
+		tb.insert(k)
+		keys = append(keys, k)
+	}
+	// Keep 7 keys whose home is in the upper half of the big index, so the
+	// move reaches them late.
+	var kept [][]byte
+	for _, k := range keys {
+		if len(kept) < 7 && tb.hash(k)>>63 == 1 {
+			kept = append(kept, k)
+			continue
+		}
+		tb.remove(uint32(tb.find(k)))
+	}
+	for c := 0; tb.old == nil; c++ { // tombstones pile up until a rebuild
+		tb.remove(tb.insert([]byte(fmt.Sprintf("c%d", c))))
+	}
+	require.Less(t, len(tb.idx), len(tb.old), "a shrinking rebuild")
+	done := make(chan struct{})
+	rebuiltMidMove := false
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			k := []byte(fmt.Sprintf("n%d", i))
+			size, moving := len(tb.idx), tb.old != nil
+			tb.insert(k)
+			kept = append(kept, k)
+			if len(tb.idx) != size && moving {
+				rebuiltMidMove = true // the safety net in rehash, a stall
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("inserts after a shrinking rebuild do not finish")
+	}
+	require.False(t, rebuiltMidMove, "the move ended before the next rebuild")
+	for _, k := range kept {
+		require.GreaterOrEqual(t, tb.find(k), int64(0), "key %q", k)
+	}
+	require.Equal(t, len(kept), tb.len())
 }
 
 func TestTableArenaCompacts(t *testing.T) {
