@@ -286,8 +286,7 @@ func (sh *shard) writeStep(limit int) {
 		}
 	}
 	sh.writePos = end
-	sh.addRecord(rec, n)
-	sh.rec = rec[:0]
+	sh.writeRecord(rec, n)
 	if end == len(sh.writing) {
 		sh.writing, sh.writePos = reuse(sh.writing, len(sh.writing)), 0
 	}
@@ -334,8 +333,15 @@ func reuse[T any](b []T, used int) []T {
 	return b[:0]
 }
 
+// writeRecord is addRecord for a record built in recBuf's buffer, which it
+// keeps for the next record.
+func (sh *shard) writeRecord(rec []byte, n int) {
+	sh.addRecord(rec, n)
+	sh.rec = rec[:0]
+}
+
 // addRecord appends rec, holding n changes, to pb as the next log record;
-// rec may be reused after. sh.rec keeps rec's buffer for the next record.
+// rec may be reused after.
 func (sh *shard) addRecord(rec []byte, n int) {
 	if n > 0 {
 		var k [logKeyLen]byte
@@ -417,8 +423,7 @@ func (sh *shard) snapStep() {
 	for ; sh.snapPos < end; sh.snapPos++ {
 		rec, n = sh.appendEntry(rec, sh.snapPos, n, false)
 	}
-	sh.addRecord(rec, n)
-	sh.rec = rec[:0]
+	sh.writeRecord(rec, n)
 	if sh.snapPos >= sh.t.nent {
 		sh.snapDone, sh.snapRound = sh.snapRound, 0
 	}
@@ -460,8 +465,7 @@ func (sh *shard) snapshot() {
 			rec, n = rec[:0], 0
 		}
 	}
-	sh.addRecord(rec, n)
-	sh.rec = rec[:0]
+	sh.writeRecord(rec, n)
 	sh.snap = true
 }
 
@@ -578,8 +582,7 @@ func (sh *shard) exec(op *Op, now int64) {
 		sh.expires = 0
 		sh.clearDirty()
 		if sh.p != nil {
-			sh.rec = appendDrop(sh.recBuf(), sh.slotLo, sh.slotHi)
-			sh.addRecord(sh.rec, 1)
+			sh.writeRecord(appendDrop(sh.recBuf(), sh.slotLo, sh.slotHi), 1)
 		}
 	case OpScan:
 		sh.scan(op, nowMs)
@@ -786,8 +789,7 @@ func (sh *shard) dropSlots(op *Op) {
 			rec, n = appendDrop(rec, lo, hi), n+1
 		}
 	}
-	sh.addRecord(rec, n)
-	sh.rec = rec
+	sh.writeRecord(rec, n)
 }
 
 // dropSlotsMem removes the keys of the given inclusive slot ranges from

@@ -176,17 +176,7 @@ func (s *Store) persistAll() {
 }
 
 // sweepAll runs one sweep step on every shard, on the shard's goroutine.
-func (s *Store) sweepAll() {
-	var wg sync.WaitGroup
-	for _, sh := range s.shards {
-		wg.Add(1)
-		op := &Op{Kind: opSweep}
-		sess := s.NewSession()
-		sess.AddTo(sh.id, op)
-		go func() { defer wg.Done(); sess.Run() }()
-	}
-	wg.Wait()
-}
+func (s *Store) sweepAll() { s.onEveryShard(opSweep, 0) }
 
 // TestIdleShardFinishesIndexMigration checks that a shard moves the rest of
 // a growing key index when it is idle, so the old index's memory does not

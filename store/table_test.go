@@ -151,6 +151,27 @@ func TestTableShrinkingRebuild(t *testing.T) {
 	require.Equal(t, len(kept), tb.len())
 }
 
+// TestTableRebuildDuringMove drives rehash's safety net directly (inserts
+// never reach it): a rebuild started while the previous move is unfinished
+// puts both indexes into the new one and every key stays reachable.
+func TestTableRebuildDuringMove(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	defer tb.release()
+	var keys [][]byte
+	for i := 0; tb.old == nil || len(tb.old) < 1024; i++ {
+		k := []byte(fmt.Sprintf("k%d", i))
+		tb.insert(k)
+		keys = append(keys, k)
+	}
+	require.Less(t, tb.oldPos, len(tb.old), "a move in progress")
+	tb.rehash()
+	require.True(t, tb.old == nil, "the rebuild ends the unfinished move")
+	for _, k := range keys {
+		require.GreaterOrEqual(t, tb.find(k), int64(0), "key %q", k)
+	}
+	require.Equal(t, len(keys), tb.len())
+}
+
 func TestTableArenaCompacts(t *testing.T) {
 	tb := newTable(maphash.MakeSeed())
 	big := make([]byte, 4096)
