@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestKeySlot(t *testing.T) {
@@ -35,4 +37,35 @@ func BenchmarkKeySlot(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		KeySlot(k)
 	}
+}
+
+// crc16Bytewise is the textbook one-byte-at-a-time CRC-16/XMODEM, computed
+// bit by bit: the reference the sliced crc16 must match.
+func crc16Bytewise(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for j := 0; j < 8; j++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+func TestCRC16MatchesBitwise(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 100)
+	for n := 0; n <= len(buf); n++ { // every tail length after the 8-byte steps
+		for range 50 {
+			for i := range buf[:n] {
+				buf[i] = byte(r.Uint32())
+			}
+			require.Equal(t, crc16Bytewise(buf[:n]), crc16(buf[:n]), "% x", buf[:n])
+		}
+	}
+	assert.Equal(t, uint16(0x31C3), crc16([]byte("123456789")))
 }
