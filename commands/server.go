@@ -9,6 +9,7 @@
 package commands
 
 import (
+	"bytes"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -191,6 +192,11 @@ type Client struct {
 
 	sess  *store.Session
 	stats []cmdStat // per command id
+	// The last command name looked up, as sent, and its command: clients
+	// mostly repeat one command, and comparing the name is cheaper than
+	// folding its case and hashing it for the table.
+	lastName []byte
+	lastLook *Command
 	ops   []*store.Op
 	nops  int
 	slots []slot
@@ -372,10 +378,14 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if len(args) == 0 {
 		return
 	}
-	cmd := s.table.Lookup(args[0])
-	if cmd == nil {
-		c.errSlot(unknownCommand(args))
-		return
+	cmd := c.lastLook
+	if cmd == nil || !bytes.Equal(args[0], c.lastName) {
+		if cmd = s.table.Lookup(args[0]); cmd == nil {
+			c.errSlot(unknownCommand(args))
+			return
+		}
+		c.lastName = append(c.lastName[:0], args[0]...)
+		c.lastLook = cmd
 	}
 	// A container dispatches to its subcommand; one that also runs bare
 	// (COMMAND) does so only without arguments.
