@@ -258,7 +258,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	for _, sh := range s.shards {
-		close(sh.quit)
+		sh.in <- ctlQuit
 	}
 	s.wg.Wait()
 	if s.p != nil {
@@ -302,6 +302,7 @@ type Session struct {
 type batch struct {
 	ops []*Op
 	wg  *sync.WaitGroup
+	ctl uint8 // 0: a request batch; else a control batch (see shard.loop)
 }
 
 // NewSession returns a Session on s.
