@@ -1,0 +1,58 @@
+package store
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/cellserver/cellserver/gcra"
+)
+
+// BenchmarkShardBatch runs CL.THROTTLE batches of 8 ops on random live
+// keys the way a shard owner does (warm, then exec), in memory: the cost
+// of a decision at each table size, cache misses included. Keys are 17
+// bytes ("live:" and 12 digits, as the bench's live scenarios send), so
+// they live in the arena. CELLSERVER_BENCH_10M=1 adds 10M keys.
+func BenchmarkShardBatch(b *testing.B) {
+	sizes := []int{100_000, 1_000_000}
+	if os.Getenv("CELLSERVER_BENCH_10M") != "" {
+		sizes = append(sizes, 10_000_000)
+	}
+	const depth = 8
+	for _, n := range sizes {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			sh := newShard(0, maphash.MakeSeed(), Config{Shards: 1, Clock: &Clock{}}, nil)
+			defer sh.t.release()
+			params := gcra.Params{MaxBurst: 1000, Count: 1, Period: 3600, Quantity: 1}
+			now := int64(1_700_000_000_000_000_000)
+			keys := make([][]byte, n)
+			ops := make([]*Op, depth)
+			for i := range ops {
+				ops[i] = &Op{Kind: OpThrottle, Params: params}
+			}
+			for i := range keys {
+				keys[i] = []byte(fmt.Sprintf("live:%012d", i))
+				ops[0].Key = keys[i]
+				sh.warm(ops[:1])
+				sh.exec(ops[0], now)
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += depth {
+				for _, op := range ops {
+					op.Key = keys[r.IntN(n)]
+				}
+				sh.warm(ops)
+				for _, op := range ops {
+					sh.exec(op, now)
+					if op.Err != nil || op.Result.Limited {
+						b.Fatal("unexpected", op.Err, op.Result)
+					}
+				}
+			}
+		})
+	}
+}
