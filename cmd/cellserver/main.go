@@ -123,12 +123,13 @@ func main() {
 
 func run(cfg Config) error {
 	log := slog.Default()
-	// Nearly all of cellserver's memory is long-lived, pointer-free key
-	// tables that the collector marks without scanning, so collecting more
-	// often costs little and keeps RSS close to the live heap. GOGC, if
-	// set, still wins.
+	// GOGC 25 with a floor under the headroom (see gc.go). GOGC, if set,
+	// still wins.
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(25)
+		debug.SetGCPercent(gcBase)
+		stopGC := make(chan struct{})
+		defer close(stopGC)
+		go tuneGC(stopGC)
 	}
 	scfg := store.Config{Shards: cfg.Shards, Logger: log}
 	if !cfg.InMemory {
