@@ -19,6 +19,7 @@ const (
 	sysRedisCell = "redis-cell"
 	sysPing      = "redis-server PING"
 	sysCellPing  = "cellserver PING"
+	sysCell100k  = "cellserver, 100k live keys"
 )
 
 // system is one server answering one kind of command.
@@ -26,6 +27,9 @@ type system struct {
 	name string
 	proc *bench.Proc
 	argv func(key string, params []string) []string // nil: PING
+	// keyspace and preload, when set, replace the scenario's (flat-p16
+	// runs one keyspace per system).
+	keyspace, preload int
 }
 
 // scenario is one row group of the report.
@@ -39,6 +43,10 @@ type scenario struct {
 	Preload  int      `json:"preload"` // keys [0, Preload) of Prefix loaded first
 	Prefix   string   `json:"-"`
 	Ping     bool     `json:"ping"`
+	// Flat: two cellservers, one holding 100k live keys and one holding
+	// the big live keyspace, alternate in the same rounds, so the cost per
+	// op of the two sizes is measured side by side, not minutes apart.
+	Flat bool `json:"flat"`
 }
 
 func scenarios(c config) []scenario {
@@ -57,6 +65,8 @@ func scenarios(c config) []scenario {
 			Key: "live:__rand_int__", Params: lp, Preload: 100_000, Prefix: "live:"},
 		{Name: bigName, Title: fmt.Sprintf("%s live keys (preloaded, long period), pipeline 16", strings.ToUpper(short(big))), Pipeline: 16, Keyspace: big,
 			Key: "live:__rand_int__", Params: lp, Preload: big, Prefix: "live:"},
+		{Name: "flat-p16", Title: fmt.Sprintf("cost per op, 100k against %s live keys: two cellservers alternating, pipeline 16", strings.ToUpper(short(big))),
+			Pipeline: 16, Keyspace: big, Key: "live:__rand_int__", Params: lp, Preload: big, Prefix: "live:", Flat: true},
 	}
 }
 
@@ -181,12 +191,13 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 	}
 	throttle := func(key string, p []string) []string { return append([]string{"CL.THROTTLE", key}, p...) }
 	lua := func(key string, p []string) []string { return append([]string{"EVALSHA", sha, "1", key}, p...) }
-	limiters := []system{{sysCell, cs, throttle}, {sysLua, rd, lua}}
+	limiters := []system{{name: sysCell, proc: cs, argv: throttle}, {name: sysLua, proc: rd, argv: lua}}
 	if rc != nil {
-		limiters = append(limiters, system{sysRedisCell, rc, throttle})
+		limiters = append(limiters, system{name: sysRedisCell, proc: rc, argv: throttle})
 	}
-	pings := []system{{sysPing, rd, nil}, {sysCellPing, cs, nil}}
-	loaded := map[string]int{} // system/prefix -> keys loaded
+	pings := []system{{name: sysPing, proc: rd}, {name: sysCellPing, proc: cs}}
+	loaded := map[string]int{} // server address/prefix -> keys loaded
+	var cs2 *bench.Proc        // flat-p16's 100k-key cellserver
 
 	logf("servers: cellserver %s (pid %d), redis+lua %s (pid %d)", cs.Addr, cs.Pid(), rd.Addr, rd.Pid())
 	for _, sc := range list {
@@ -196,6 +207,19 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 		systems := limiters
 		if sc.Ping {
 			systems = pings
+		}
+		if sc.Flat {
+			if cs2 == nil {
+				logf("starting a second cellserver for 100k live keys")
+				if cs2, err = e.startCellserver("cellserver-100k"); err != nil {
+					return nil, "", err
+				}
+				defer cs2.Stop()
+			}
+			systems = []system{
+				{name: sysCell100k, proc: cs2, argv: throttle, keyspace: 100_000, preload: 100_000},
+				{name: sysCell + ", " + strings.ToUpper(short(sc.Keyspace)) + " live keys", proc: cs, argv: throttle},
+			}
 		}
 		sr := &scenarioResult{Scenario: sc}
 		res.Scenarios = append(res.Scenarios, sr)
@@ -233,22 +257,26 @@ func runScenario(ctx context.Context, e *env, sc scenario, systems []system, loa
 		}
 		results[i] = &systemResult{System: s.name, Command: argv}
 		sr.Systems = append(sr.Systems, results[i])
+		keyspace, preload := sc.Keyspace, sc.Preload
+		if s.keyspace > 0 {
+			keyspace, preload = s.keyspace, s.preload
+		}
 		specs[i] = bench.BenchSpec{Binary: cfg.RedisBenchmark, Addr: s.proc.Addr, Clients: cfg.Clients,
-			Pipeline: sc.Pipeline, Keyspace: sc.Keyspace, Threads: cfg.Threads, Command: argv}
+			Pipeline: sc.Pipeline, Keyspace: keyspace, Threads: cfg.Threads, Command: argv}
 
 		// Preload the live keyspace, continuing where an earlier scenario stopped.
-		if sc.Preload > 0 && s.argv != nil {
-			id := s.name + "/" + sc.Prefix
-			if from := loaded[id]; from < sc.Preload {
-				logf("   preloading %s keys %d..%d into %s", sc.Prefix, from, sc.Preload, s.name)
+		if preload > 0 && s.argv != nil {
+			id := s.proc.Addr + "/" + sc.Prefix
+			if from := loaded[id]; from < preload {
+				logf("   preloading %s keys %d..%d into %s", sc.Prefix, from, preload, s.name)
 				params := sc.Params
-				st, err := bench.Load(ctx, bench.LoadSpec{Addr: s.proc.Addr, Prefix: sc.Prefix, From: from, To: sc.Preload,
+				st, err := bench.Load(ctx, bench.LoadSpec{Addr: s.proc.Addr, Prefix: sc.Prefix, From: from, To: preload,
 					Command:  func(key []byte) [][]byte { return byteArgs(s.argv(string(key), params)) },
 					Progress: func(n int) { logf("   ... %d keys", n) }})
 				if err != nil {
 					return fmt.Errorf("preload %s: %w", s.name, err)
 				}
-				loaded[id] = sc.Preload
+				loaded[id] = preload
 				results[i].Load = &st
 				logf("   loaded %d keys in %.1fs (%.0f keys/s)", st.Keys, st.Seconds, st.Rate)
 			}
