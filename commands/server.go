@@ -197,9 +197,9 @@ type Client struct {
 	// folding its case and hashing it for the table.
 	lastName []byte
 	lastLook *Command
-	ops   []*store.Op
-	nops  int
-	slots []slot
+	ops      []*store.Op
+	nops     int
+	slots    []slot
 }
 
 type slot struct {
