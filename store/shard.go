@@ -153,7 +153,8 @@ func (sh *shard) loop() {
 	waited := 0 // commands run since a step was last due
 	for {
 		var b *batch
-		if sh.snapRound != 0 || sh.writePos < len(sh.writing) || sh.t.old != nil {
+		due := sh.snapRound != 0 || sh.writePos < len(sh.writing) || sh.t.old != nil
+		if due {
 			// Batches go first: a step runs when none is queued, or once
 			// writeChunk/2 commands ran since it was due. A command changes
 			// at most one key, so even a shard that is never idle writes
@@ -174,11 +175,14 @@ func (sh *shard) loop() {
 				continue
 			}
 		} else {
+			waited = 0 // counting starts when a step falls due
 			b = <-sh.in
 		}
 		switch b.ctl {
 		case 0:
-			waited += len(b.ops) // before the batch is done and reused
+			if due {
+				waited += len(b.ops) // before the batch is done and reused
+			}
 			sh.runBatch(b)
 		case ctlSweepTick:
 			// A frozen clock (DEBUG CLOCK) belongs to a test that drives
