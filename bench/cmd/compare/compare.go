@@ -212,7 +212,7 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 			if cs2 == nil {
 				logf("starting a second cellserver for 100k live keys")
 				if cs2, err = e.startCellserver("cellserver-100k"); err != nil {
-					return nil, "", err
+					return res, finish(res), fmt.Errorf("scenario %s: %w", sc.Name, err)
 				}
 				defer cs2.Stop()
 			}
