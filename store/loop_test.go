@@ -27,7 +27,8 @@ func TestQueuedBatchGoesBeforeFirstStep(t *testing.T) {
 		ins = append(ins, throttleOp(fmt.Sprint("key", i), 10, 1, 3600, 1))
 	}
 	run(st, ins...) // 3000 dirty keys
-	for {           // let the idle shard finish migrating its index
+	// Let the idle shard finish migrating its index.
+	for {
 		op := &Op{Kind: opOldIndex}
 		s := st.NewSession()
 		s.AddTo(0, op)
