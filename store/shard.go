@@ -84,6 +84,12 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 // not the arithmetic, dominate a lookup at millions of keys.
 func (sh *shard) warm(ops []*Op) {
 	t := sh.t
+	if len(ops) == 1 { // nothing to overlap with
+		if op := ops[0]; op.keyed() {
+			op.hash = t.hash(op.Key)
+		}
+		return
+	}
 	for _, op := range ops {
 		if op.keyed() {
 			op.hash = t.hash(op.Key)
@@ -92,9 +98,6 @@ func (sh *shard) warm(ops []*Op) {
 				prefetch(uintptr(unsafe.Pointer(&t.old[home(op.hash, t.oldShift)])))
 			}
 		}
-	}
-	if len(ops) == 1 {
-		return // nothing to overlap with
 	}
 	for _, op := range ops {
 		if op.keyed() {
@@ -153,7 +156,7 @@ func (sh *shard) loop() {
 	waited := 0 // commands run since a step was last due
 	for {
 		var b *batch
-		due := sh.snapRound != 0 || sh.writePos < len(sh.writing) || sh.t.old != nil
+		due := sh.stepDue()
 		if due {
 			// Batches go first: a step runs when none is queued, or once
 			// writeChunk/2 commands ran since it was due. A command changes
@@ -278,6 +281,12 @@ var writeChunk, snapChunk = 2048, 2048
 
 // migrateIdle is how many old index slots an idle step moves (about 0.1 ms).
 const migrateIdle = 16384
+
+// stepDue reports whether a background step is waiting: a write-out or a
+// snapshot in progress, or a migration of the key index (see step).
+func (sh *shard) stepDue() bool {
+	return sh.writePos < len(sh.writing) || sh.snapRound != 0 || sh.t.old != nil
+}
 
 // step takes the next background step: a chunk of the write-out in
 // progress, else of the snapshot in progress, which it then sends; else a
@@ -603,7 +612,7 @@ func (sh *shard) exec(op *Op, now int64) {
 	case OpDel:
 		op.N = 0
 		if ei := sh.lookup(op, nowMs); ei >= 0 {
-			sh.remove(uint32(ei))
+			sh.removeHash(uint32(ei), op.hash)
 			op.N = 1
 		}
 	case OpExists:
@@ -737,7 +746,7 @@ func (sh *shard) lookup(op *Op, nowMs int64) int64 {
 		return -1
 	}
 	if sh.t.at(uint32(ei)).exp() < nowMs {
-		sh.remove(uint32(ei))
+		sh.removeHash(uint32(ei), op.hash)
 		sh.expired.Add(1)
 		return -1
 	}
@@ -747,9 +756,18 @@ func (sh *shard) lookup(op *Op, nowMs int64) int64 {
 // remove deletes a key from memory and from disk.
 func (sh *shard) remove(ei uint32) { sh.drop(ei, true) }
 
+// removeHash is remove for a key whose table hash the caller has (an op's,
+// computed by warm), so a request does not hash its key twice.
+func (sh *shard) removeHash(ei uint32, h uint64) { sh.dropHash(ei, h, true) }
+
 // drop deletes a key from memory, and from disk if onDisk (a caller that
 // deletes a whole range on disk passes false).
 func (sh *shard) drop(ei uint32, onDisk bool) {
+	sh.dropHash(ei, sh.t.hashAt(ei), onDisk)
+}
+
+// dropHash is drop with the key's table hash already computed.
+func (sh *shard) dropHash(ei uint32, h uint64, onDisk bool) {
 	e := sh.t.at(ei)
 	if e.exp() != noExpiry {
 		sh.expires--
@@ -759,7 +777,7 @@ func (sh *shard) drop(ei uint32, onDisk bool) {
 	if onDisk && e.isOnDisk() {
 		sh.recordDelete(sh.t.keyOf(e))
 	}
-	sh.t.remove(ei)
+	sh.t.removeHash(ei, h)
 }
 
 // sweep is one step of the incremental active expiry: it examines the next

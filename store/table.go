@@ -247,9 +247,14 @@ func (t *table) place(v uint64) {
 }
 
 // remove deletes the entry at index ei.
-func (t *table) remove(ei uint32) {
+func (t *table) remove(ei uint32) { t.removeHash(ei, t.hashAt(ei)) }
+
+// hashAt is the hash of entry ei's key.
+func (t *table) hashAt(ei uint32) uint64 { return t.hash(t.keyOf(t.at(ei))) }
+
+// removeHash is remove with the key's hash already computed.
+func (t *table) removeHash(ei uint32, h uint64) {
 	e := t.at(ei)
-	h := t.hash(t.keyOf(e))
 	want := h>>32<<32 | uint64(ei+2)
 	if !t.unindex(t.idx, t.shift, h, want, true) && (t.old == nil || !t.unindex(t.old, t.oldShift, h, want, false)) {
 		panic("store: table entry missing from index")
@@ -314,16 +319,13 @@ func (t *table) rehash() {
 		// Not reached, by the bound above. Were it, moving the rest of the
 		// old index into the current one could overfill it, so both go
 		// into the new index, at once.
-		cur, old := t.idx, t.old[t.oldPos:]
+		cur := t.idx
 		t.idx, t.shift, t.used = flatAlloc[uint64](n), 64-bits, 0
-		for _, v := range cur {
-			if v > idxTomb {
-				t.place(v)
-			}
-		}
-		for _, v := range old {
-			if v > idxTomb {
-				t.place(v)
+		for _, part := range [][]uint64{cur, t.old[t.oldPos:]} {
+			for _, v := range part {
+				if v > idxTomb {
+					t.place(v)
+				}
 			}
 		}
 		flatFree(cur)
