@@ -84,7 +84,7 @@ func scenarioTable(r *compareResult, sc *scenarioResult) string {
 			}
 		}
 	} else if s.Flat {
-		if small, big, ok := flatPair(r, sc); ok {
+		if small, big, ok := flatPair(sc); ok {
 			notes = append(notes, fmt.Sprintf("CPU/op %s against 100k live keys: %s (%.2f -> %.2f µs/op), rps %s",
 				strings.ToUpper(short(s.Keyspace)), ratio(big.CPUPerOp, small.CPUPerOp), small.CPUPerOp, big.CPUPerOp, ratio(big.RPS, small.RPS)))
 		}
@@ -152,7 +152,7 @@ func targets(r *compareResult) string {
 	ok := false
 	for _, sc := range r.Scenarios {
 		if sc.Scenario.Flat {
-			if small, big, ok = flatPair(r, sc); ok {
+			if small, big, ok = flatPair(sc); ok {
 				bigName, how = short(sc.Scenario.Keyspace), "flat-p16, alternating"
 			}
 		}
@@ -209,7 +209,7 @@ func ratio(a, b float64) string {
 
 // flatPair returns flat-p16's two medians: 100k live keys, and the big
 // live keyspace.
-func flatPair(r *compareResult, sr *scenarioResult) (small, big summary, ok bool) {
+func flatPair(sr *scenarioResult) (small, big summary, ok bool) {
 	if len(sr.Systems) != 2 || !sr.Systems[0].Median.OK || !sr.Systems[1].Median.OK {
 		return small, big, false
 	}
