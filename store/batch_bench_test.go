@@ -14,7 +14,7 @@ import (
 // keys the way a shard owner does (warm, then exec), in memory: the cost
 // of a decision at each table size, cache misses included. Keys are 17
 // bytes ("live:" and 12 digits, as the bench's live scenarios send), so
-// they live in the arena. CELLSERVER_BENCH_10M=1 adds 10M keys.
+// each takes a pair of entries. CELLSERVER_BENCH_10M=1 adds 10M keys.
 func BenchmarkShardBatch(b *testing.B) {
 	sizes := []int{100_000, 1_000_000}
 	if os.Getenv("CELLSERVER_BENCH_10M") != "" {

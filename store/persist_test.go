@@ -279,17 +279,18 @@ func TestLimitedCallsAndPeeksWriteNothing(t *testing.T) {
 
 // Deletions wait for the write-out and are merged with the changed keys; a
 // key deleted and created again (or created and deleted) within one interval
-// must reach disk as its final state, short and arena-held keys alike.
+// must reach disk as its final state, whether the key is held in its entry,
+// in a pair of entries or in the arena.
 func TestDeleteAndRecreateInOneWriteOut(t *testing.T) {
 	for _, policy := range []Fsync{FsyncAlways, FsyncEverySec} {
 		t.Run(policy.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			clk := wallClock()
 			st := openPersistent(t, dir, policy, clk, nil)
-			long := "a-key-longer-than-sixteen-bytes:"
+			long := "a-key-longer-than-thirty-one-bytes:"
 			want := map[string]bool{}
 			for i := 0; i < 300; i++ {
-				for _, k := range []string{fmt.Sprint("s", i), fmt.Sprint(long, i)} {
+				for _, k := range []string{fmt.Sprint("s", i), fmt.Sprint("pair-sized-key:", i), fmt.Sprint(long, i)} {
 					run(st, throttleOp(k, 5, 1, 60, 1))
 					switch i % 3 {
 					case 0: // created, deleted
@@ -321,7 +322,7 @@ func TestDeleteAndRecreateInOneWriteOut(t *testing.T) {
 				assert.Equal(t, live, ok, k)
 				assert.Equal(t, before[k], tat, k)
 			}
-			assert.Equal(t, int64(200), st.PersistStats().KeysLoaded)
+			assert.Equal(t, int64(300), st.PersistStats().KeysLoaded)
 		})
 	}
 }

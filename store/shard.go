@@ -118,7 +118,7 @@ func (sh *shard) warm(ops []*Op) {
 // prefetchKey prefetches the bytes of e's key if they are in the arena
 // (both cache lines when the key straddles two).
 func (sh *shard) prefetchKey(e *entry) {
-	if e.keyLen() <= inlineKey || e.isFree() {
+	if e.isFree() || !e.inArena() {
 		return
 	}
 	k := sh.t.keyOf(e)

@@ -11,36 +11,51 @@ import (
 // noExpiry is the expireAt value of a key without a TTL.
 const noExpiry = math.MaxInt64
 
-// inlineKey is the longest key stored inside its entry; longer keys live
-// in the table's byte arena.
+// inlineKey is the longest key stored inside its entry; pairKey (31 on
+// little-endian machines, see pair_le.go) the longest stored in a pair of
+// entries (see below); longer keys live in the table's byte arena.
 const inlineKey = 16
 
 // entry is one key's record: 32 bytes, half a cache line. It holds no Go
-// pointers, so the garbage collector never scans the key table. Keys up to
-// 16 bytes sit in the entry itself (one cache miss fewer per lookup, no
-// arena bytes); a longer key's k holds its arena location and length.
+// pointers, so the garbage collector never scans the key table.
+//
+// Where the key is depends on its length:
+//   - up to 16 bytes (inlineKey): in k;
+//   - 17 to 31 bytes (pairKey): in a pair of entries, an even index and the
+//     next, which share one 64-byte cache line. The key starts at k and runs
+//     on over the second entry's first 15 bytes; that entry's last byte
+//     (the top byte of its meta, where the flags are) says "free", so
+//     everything that walks the entries skips it as it skips a free one;
+//   - longer: in the arena; k holds its location (8 bytes) and length (4).
+//
+// The pair is what keeps a typical rate-limit key ("rl:user:12345678",
+// "ratelimit:ip:10.1.2.3") to one cache miss: with the key in the arena a
+// lookup at 10M keys cost a third random memory access.
 type entry struct {
-	k    [inlineKey]byte // the key if short, else arena location (8 bytes) and length (4)
 	tat  uint64          // theoretical arrival time, Unix ns (the value GET returns)
-	meta uint64          // expiry (56 bits, signed) << 8 | onDisk << 7 | dirty << 6 | free << 5 | inline length (31: long key)
+	meta uint64          // flags << 56 | key length << 50 | expiry (50 bits, signed)
+	k    [inlineKey]byte // the key if short, else its start (pair) or arena location
 }
 
 const (
-	metaLenMask  = 31
-	metaLongKey  = 31
-	metaFree     = 1 << 5
-	metaDirty    = 1 << 6
-	metaOnDisk   = 1 << 7 // some state of this key was written out since it was created
-	metaExpShift = 8
+	metaExpBits  = 50
+	metaExpMask  = 1<<metaExpBits - 1
+	metaLenShift = metaExpBits
+	metaLenMask  = 63
+	metaArenaKey = 63 // length field of a key in the arena
+	// Flags, in meta's top byte: the byte a pair's second entry keeps.
+	metaFree   = 1 << 56
+	metaDirty  = 1 << 57
+	metaOnDisk = 1 << 58 // some state of this key was written out since it was created
 	// metaNoExp is the stored expiry that stands for noExpiry: expiries are
-	// Unix ms within ±1.9e13 (see package gcra) and never come near 2^55.
-	metaNoExp = 1<<55 - 1
+	// Unix ms within ±1.9e13 (see package gcra) and never come near 2^49.
+	metaNoExp = 1<<(metaExpBits-1) - 1
 )
 
 // exp returns the expiry in Unix ms (the key is gone once now_ms > exp), or
 // noExpiry.
 func (e *entry) exp() int64 {
-	v := int64(e.meta) >> metaExpShift
+	v := int64(e.meta<<(64-metaExpBits)) >> (64 - metaExpBits) // sign-extended
 	if v == metaNoExp {
 		return noExpiry
 	}
@@ -51,7 +66,7 @@ func (e *entry) setExp(ms int64) {
 	if ms == noExpiry {
 		ms = metaNoExp
 	}
-	e.meta = e.meta&(1<<metaExpShift-1) | uint64(ms)<<metaExpShift
+	e.meta = e.meta&^metaExpMask | uint64(ms)&metaExpMask
 }
 
 func (e *entry) isFree() bool   { return e.meta&metaFree != 0 }
@@ -67,12 +82,33 @@ func (e *entry) setDirty(d bool) {
 	}
 }
 
+// lenField is the key-length field: the length, or metaArenaKey.
+func (e *entry) lenField() int { return int(e.meta >> metaLenShift & metaLenMask) }
+
 // keyLen returns the length of the entry's key.
 func (e *entry) keyLen() int {
-	if n := int(e.meta & metaLenMask); n != metaLongKey {
+	if n := e.lenField(); n != metaArenaKey {
 		return n
 	}
 	return int(binary.LittleEndian.Uint32(e.k[8:12]))
+}
+
+// isPair reports that the entry's key takes the next entry too.
+func (e *entry) isPair() bool { n := e.lenField(); return n > inlineKey && n <= pairKey }
+
+// inArena reports that the entry's key is in the arena.
+func (e *entry) inArena() bool { return e.lenField() == metaArenaKey }
+
+// keyClass is how a key of n bytes is stored: 1 entry, 2 (a pair), or 0
+// (one entry and the arena).
+func keyClass(n int) int {
+	switch {
+	case n <= inlineKey:
+		return 1
+	case n <= pairKey:
+		return 2
+	}
+	return 0
 }
 
 const (
@@ -115,6 +151,7 @@ type table struct {
 	pages    [][]entry
 	nent     uint32   // entries handed out (high-water mark)
 	freeL    []uint32 // free entry indexes, reused before growing
+	freeP    []uint32 // free pairs (their even first index), likewise
 	arena    arena
 }
 
@@ -136,7 +173,7 @@ func (t *table) len() int { return t.live }
 
 // bytes is the memory the table holds: index, entry pages and arena pages.
 func (t *table) bytes() int64 {
-	n := int64(len(t.idx)+len(t.old))*8 + int64(len(t.pages))*entryPageSize*int64(unsafe.Sizeof(entry{})) + int64(cap(t.freeL))*4
+	n := int64(len(t.idx)+len(t.old))*8 + int64(len(t.pages))*entryPageSize*int64(unsafe.Sizeof(entry{})) + int64(cap(t.freeL)+cap(t.freeP))*4
 	for _, p := range t.arena.pages {
 		n += int64(cap(p))
 	}
@@ -150,23 +187,33 @@ func (t *table) at(i uint32) *entry { return &t.pages[i>>entryPageBits][i&(entry
 // keyOf returns the key of e. The slice aliases the table: use it before the
 // next change to the table.
 func (t *table) keyOf(e *entry) []byte {
-	if n := int(e.meta & metaLenMask); n != metaLongKey {
+	switch n := e.lenField(); {
+	case n <= inlineKey:
 		return e.k[:n:n]
+	case n <= pairKey:
+		// The pair is one run of memory (an entry page, or one heap
+		// array): the key goes on into the next entry.
+		return unsafe.Slice(&e.k[0], pairKey)[:n:n]
 	}
 	return t.arena.get(binary.LittleEndian.Uint64(e.k[:8]), uint32(e.keyLen()))
 }
 
-// setKey stores key into e, inline or in the arena.
+// setKey stores key into e, which must have room for it (a pair for a
+// pair-sized key), inline or in the arena.
 func (t *table) setKey(e *entry, key []byte, a *arena) {
-	e.meta &^= metaLenMask
-	if len(key) <= inlineKey {
+	e.meta &^= metaLenMask << metaLenShift
+	switch keyClass(len(key)) {
+	case 1:
 		copy(e.k[:], key)
-		e.meta |= uint64(len(key))
+	case 2:
+		copy(unsafe.Slice(&e.k[0], pairKey), key)
+	default:
+		e.meta |= metaArenaKey << metaLenShift
+		binary.LittleEndian.PutUint64(e.k[:8], a.put(key))
+		binary.LittleEndian.PutUint32(e.k[8:12], uint32(len(key)))
 		return
 	}
-	e.meta |= metaLongKey
-	binary.LittleEndian.PutUint64(e.k[:8], a.put(key))
-	binary.LittleEndian.PutUint32(e.k[8:12], uint32(len(key)))
+	e.meta |= uint64(len(key)) << metaLenShift
 }
 
 // find returns the entry index of key, or -1.
@@ -211,15 +258,10 @@ func (t *table) insertHash(key []byte, h uint64) uint32 {
 		t.rehash()
 	}
 	var ei uint32
-	if n := len(t.freeL); n > 0 {
-		ei = t.freeL[n-1]
-		t.freeL = t.freeL[:n-1]
+	if keyClass(len(key)) == 2 {
+		ei = t.allocPair()
 	} else {
-		ei = t.nent
-		if ei>>entryPageBits == uint32(len(t.pages)) {
-			t.pages = append(t.pages, flatAlloc[entry](entryPageSize))
-		}
-		t.nent++
+		ei = t.allocOne()
 	}
 	e := t.at(ei)
 	e.meta = 0
@@ -228,6 +270,55 @@ func (t *table) insertHash(key []byte, h uint64) uint32 {
 	t.setKey(e, key, &t.arena)
 	t.place(h>>32<<32 | uint64(ei+2))
 	t.live++
+	return ei
+}
+
+// allocOne hands out a free entry: a freed one, half of a free pair, or a
+// new one.
+func (t *table) allocOne() uint32 {
+	if n := len(t.freeL); n > 0 {
+		ei := t.freeL[n-1]
+		t.freeL = t.freeL[:n-1]
+		return ei
+	}
+	if n := len(t.freeP); n > 0 {
+		ei := t.freeP[n-1]
+		t.freeP = t.freeP[:n-1]
+		t.freeL = append(t.freeL, ei+1) // free already (freePair)
+		return ei
+	}
+	return t.grow(1)
+}
+
+// allocPair hands out a free pair (its first, even, index): a freed one or
+// a new one. The second entry is marked free for whatever walks the
+// entries; the key will run over all but its flags.
+func (t *table) allocPair() uint32 {
+	var ei uint32
+	if n := len(t.freeP); n > 0 {
+		ei = t.freeP[n-1]
+		t.freeP = t.freeP[:n-1]
+	} else {
+		if t.nent%2 == 1 { // the odd entry before it stays free
+			pad := t.grow(1)
+			*t.at(pad) = entry{meta: metaFree}
+			t.freeL = append(t.freeL, pad)
+		}
+		ei = t.grow(2)
+	}
+	*t.at(ei + 1) = entry{meta: metaFree}
+	return ei
+}
+
+// grow hands out the next n (1, or 2 from an even index) never-used
+// entries, adding a page when needed (a page holds an even number, so a
+// pair never straddles two).
+func (t *table) grow(n uint32) uint32 {
+	ei := t.nent
+	if ei>>entryPageBits == uint32(len(t.pages)) {
+		t.pages = append(t.pages, flatAlloc[entry](entryPageSize))
+	}
+	t.nent += n
 	return ei
 }
 
@@ -259,11 +350,17 @@ func (t *table) removeHash(ei uint32, h uint64) {
 	if !t.unindex(t.idx, t.shift, h, want, true) && (t.old == nil || !t.unindex(t.old, t.oldShift, h, want, false)) {
 		panic("store: table entry missing from index")
 	}
-	if n := e.keyLen(); n > inlineKey {
-		t.arena.forget(uint32(n))
+	switch {
+	case e.isPair():
+		*t.at(ei + 1) = entry{meta: metaFree}
+		t.freeP = append(t.freeP, ei)
+	case e.inArena():
+		t.arena.forget(uint32(e.keyLen()))
+		fallthrough
+	default:
+		t.freeL = append(t.freeL, ei)
 	}
 	*e = entry{meta: metaFree}
-	t.freeL = append(t.freeL, ei)
 	t.live--
 	t.maybeCompact()
 }
@@ -360,7 +457,7 @@ func (t *table) compact() {
 	var a arena
 	for i := uint32(0); i < t.nent; i++ {
 		e := t.at(i)
-		if !e.isFree() && e.keyLen() > inlineKey {
+		if !e.isFree() && e.inArena() {
 			t.setKey(e, t.keyOf(e), &a)
 		}
 	}

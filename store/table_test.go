@@ -13,13 +13,22 @@ import (
 )
 
 // TestTableMatchesMap drives the table and a Go map with the same random
-// inserts and removes, so rehashing, tombstones, free-list reuse and arena
-// compaction are all checked against a trivially correct model.
+// inserts and removes, so rehashing, tombstones, free-list and pair reuse
+// and arena compaction are all checked against a trivially correct model.
+// Keys are of every length from 2 to 40 bytes: inline, pairs, arena.
 func TestTableMatchesMap(t *testing.T) {
 	tb := newTable(maphash.MakeSeed())
+	defer tb.release()
 	model := map[string]uint64{}
 	rng := rand.New(rand.NewPCG(1, 2))
-	key := func() []byte { return []byte(fmt.Sprintf("key:%d", rng.IntN(5000))) }
+	key := func() []byte {
+		i := rng.IntN(5000)
+		k := []byte(fmt.Sprint(i, ":"))
+		for len(k) < i%41 {
+			k = append(k, 'x')
+		}
+		return k
+	}
 	for i := 0; i < 200000; i++ {
 		k := key()
 		ei := tb.find(k)
@@ -40,17 +49,86 @@ func TestTableMatchesMap(t *testing.T) {
 		}
 		require.Equal(t, len(model), tb.len())
 	}
-	// Every live entry is reachable and every free one is on the free list.
-	live := 0
+	// Every live entry is reachable; every other one is on a free list or
+	// the second of a live pair.
+	live, pairs := 0, 0
 	for i := uint32(0); i < tb.nent; i++ {
 		e := tb.at(i)
 		if !e.isFree() {
 			live++
 			require.Equal(t, int64(i), tb.find(tb.keyOf(e)))
+			if e.isPair() {
+				pairs++
+				require.Zero(t, i%2, "a pair starts at an even index")
+				require.True(t, tb.at(i+1).isFree(), "a pair's second entry reads as free")
+			}
 		}
 	}
 	require.Equal(t, len(model), live)
-	require.Equal(t, int(tb.nent)-live, len(tb.freeL))
+	require.Greater(t, pairs, 100)
+	for _, ei := range tb.freeL {
+		require.True(t, tb.at(ei).isFree())
+	}
+	for _, ei := range tb.freeP {
+		require.True(t, tb.at(ei).isFree() && tb.at(ei+1).isFree())
+	}
+	require.Equal(t, int(tb.nent), live+pairs+len(tb.freeL)+2*len(tb.freeP))
+}
+
+// TestPairAfterOddEntry: a pair must start at an even index, so after an
+// odd number of entries one is skipped; it must read as free to whatever
+// walks the entries (the load's expiry pass once took it for a key).
+func TestPairAfterOddEntry(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	defer tb.release()
+	require.Equal(t, uint32(0), tb.insert([]byte("one")))
+	require.Equal(t, uint32(2), tb.insert([]byte("a pair-sized key!")))
+	require.Equal(t, uint32(4), tb.nent)
+	require.True(t, tb.at(1).isFree())
+	require.True(t, tb.at(3).isFree())
+	require.Equal(t, uint32(1), tb.insert([]byte("two")), "the skipped entry is used next")
+}
+
+// TestEntryKeyClasses stores a key of every length from 0 to 40 next to
+// its neighbours and checks that each reads back whole, that a pair's key
+// leaves the second entry's flags (free) alone, and that expiry, flags and
+// TAT survive the key being written, and the key them.
+func TestEntryKeyClasses(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	defer tb.release()
+	var eis []uint32
+	var keys [][]byte
+	for n := 0; n <= 40; n++ {
+		k := make([]byte, n)
+		for i := range k {
+			k[i] = 0xff // every bit set: a stray write would show
+		}
+		ei := tb.insert(k)
+		e := tb.at(ei)
+		e.tat = ^uint64(0)
+		e.setExp(-1_900_000_000_000_0)
+		e.setDirty(true)
+		e.setOnDisk()
+		eis, keys = append(eis, ei), append(keys, k)
+		require.Equal(t, n > inlineKey && n <= pairKey, e.isPair(), "length %d", n)
+		require.Equal(t, n > pairKey, e.inArena(), "length %d", n)
+	}
+	for i, ei := range eis {
+		e := tb.at(ei)
+		require.Equal(t, keys[i], tb.keyOf(e))
+		require.Equal(t, len(keys[i]), e.keyLen())
+		require.Equal(t, int64(-1_900_000_000_000_0), e.exp())
+		require.True(t, e.isDirty() && e.isOnDisk() && !e.isFree())
+		require.Equal(t, ^uint64(0), e.tat)
+		if e.isPair() {
+			require.True(t, tb.at(ei+1).isFree())
+		}
+		e.setExp(noExpiry)
+		require.Equal(t, int64(noExpiry), e.exp())
+		e.setExp(1_900_000_000_000_0)
+		require.Equal(t, int64(1_900_000_000_000_0), e.exp())
+		require.Equal(t, keys[i], tb.keyOf(e))
+	}
 }
 
 // TestTableGrowsIncrementally checks that growing the index moves it a few
@@ -201,7 +279,7 @@ func TestTableLongKey(t *testing.T) {
 	require.Equal(t, int64(ei), tb.find(k))
 }
 
-// BenchmarkTableFind looks up 17-byte keys (kept in the arena) in random
+// BenchmarkTableFind looks up 17-byte keys (each in a pair of entries) in random
 // order, so a big table pays its cache and TLB misses as a server does.
 func BenchmarkTableFind(b *testing.B) {
 	sizes := []int{100_000, 1_000_000}
@@ -232,7 +310,8 @@ func BenchmarkTableFind(b *testing.B) {
 func TestEntryMetaPacking(t *testing.T) {
 	tb := newTable(maphash.MakeSeed())
 	long := []byte("a key that is longer than sixteen bytes")
-	for _, key := range [][]byte{[]byte(""), []byte("k"), []byte("exactly16bytes!!"), long} {
+	pair := []byte("a twenty-byte key!!!")
+	for _, key := range [][]byte{[]byte(""), []byte("k"), []byte("exactly16bytes!!"), pair, long} {
 		ei := tb.insert(key)
 		e := tb.at(ei)
 		for _, exp := range []int64{noExpiry, 0, -1, -2, -5_000_000_000_000, 19_000_000_000_000, 1_700_000_000_000} {

@@ -26,16 +26,17 @@ func BenchmarkWriteOut(b *testing.B) {
 			defer db.Close()
 			sh := newShard(0, maphash.MakeSeed(), Config{Shards: 1}, newPersister(db, FsyncNo, slog.New(slog.DiscardHandler)))
 			defer sh.t.release()
+			eis := make([]uint32, n)
 			for i := range n {
-				ei := sh.t.insert(fmt.Appendf(nil, "live:%012d", i))
-				sh.t.at(ei).tat = uint64(i)
+				eis[i] = sh.t.insert(fmt.Appendf(nil, "live:%012d", i))
+				sh.t.at(eis[i]).tat = uint64(i)
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			b.ResetTimer()
 			for b.Loop() {
 				b.StopTimer()
 				for range changed {
-					sh.markDirty(uint32(rng.IntN(n)))
+					sh.markDirty(eis[rng.IntN(n)])
 				}
 				b.StartTimer()
 				sh.writeDirty()
