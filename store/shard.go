@@ -90,9 +90,16 @@ func (sh *shard) warm(ops []*Op) {
 		}
 		return
 	}
+	// Hash every key first, then prefetch: the prefetches go out back to
+	// back, their misses (and TLB walks) overlapping, rather than spread
+	// between hash computations.
 	for _, op := range ops {
 		if op.keyed() {
 			op.hash = t.hash(op.Key)
+		}
+	}
+	for _, op := range ops {
+		if op.keyed() {
 			prefetch(uintptr(unsafe.Pointer(&t.idx[home(op.hash, t.shift)])))
 			if t.old != nil { // a key not moved yet is found there
 				prefetch(uintptr(unsafe.Pointer(&t.old[home(op.hash, t.oldShift)])))
