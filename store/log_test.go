@@ -46,9 +46,13 @@ func TestSnapshotRoundsKeepStateAcrossRestart(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(policy)))
 			keys := make([]string, 3000)
 			for i := range keys {
-				keys[i] = fmt.Sprint("k", i)
-				if i%3 == 0 {
-					keys[i] = fmt.Sprint("a-key-longer-than-sixteen-bytes:", i) // held in the arena
+				switch i % 3 {
+				case 0:
+					keys[i] = fmt.Sprint("k", i)
+				case 1:
+					keys[i] = fmt.Sprint("a-pair-sized-key:", i) // in a pair of entries
+				default:
+					keys[i] = fmt.Sprint("a-key-longer-than-thirty-one-bytes:", i) // held in the arena
 				}
 			}
 			for iter := 0; iter < 400; iter++ {

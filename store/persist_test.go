@@ -290,7 +290,7 @@ func TestDeleteAndRecreateInOneWriteOut(t *testing.T) {
 			long := "a-key-longer-than-thirty-one-bytes:"
 			want := map[string]bool{}
 			for i := 0; i < 300; i++ {
-				for _, k := range []string{fmt.Sprint("s", i), fmt.Sprint("pair-sized-key:", i), fmt.Sprint(long, i)} {
+				for _, k := range []string{fmt.Sprint("s", i), fmt.Sprint("a-pair-sized-key:", i), fmt.Sprint(long, i)} {
 					run(st, throttleOp(k, 5, 1, 60, 1))
 					switch i % 3 {
 					case 0: // created, deleted

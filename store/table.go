@@ -47,8 +47,9 @@ const (
 	metaFree   = 1 << 56
 	metaDirty  = 1 << 57
 	metaOnDisk = 1 << 58 // some state of this key was written out since it was created
-	// metaNoExp is the stored expiry that stands for noExpiry: expiries are
-	// Unix ms within ±1.9e13 (see package gcra) and never come near 2^49.
+	// metaNoExp is the stored expiry that stands for noExpiry: CL.THROTTLE's
+	// expiries are Unix ms within ±1.9e13 (see package gcra), far from 2^49;
+	// setExp clamps any other.
 	metaNoExp = 1<<(metaExpBits-1) - 1
 )
 
@@ -62,9 +63,15 @@ func (e *entry) exp() int64 {
 	return v
 }
 
+// setExp sets the expiry. One beyond what the field holds (about 17,800
+// years either side of 1970, only reachable through CLUSTER IMPORTSTATE)
+// is clamped to the nearest it holds: as far off, in effect, and never
+// mistaken for no expiry or wrapped into the past.
 func (e *entry) setExp(ms int64) {
 	if ms == noExpiry {
 		ms = metaNoExp
+	} else {
+		ms = min(max(ms, -metaNoExp), metaNoExp-1)
 	}
 	e.meta = e.meta&^metaExpMask | uint64(ms)&metaExpMask
 }
@@ -274,7 +281,10 @@ func (t *table) insertHash(key []byte, h uint64) uint32 {
 }
 
 // allocOne hands out a free entry: a freed one, half of a free pair, or a
-// new one.
+// new one. Split pairs and freed singles are not merged back into pairs,
+// so a keyspace that turns from short keys to pair-sized ones keeps its
+// old entries besides new pairs (at most the peak of short keys plus
+// twice the peak of pair keys, never more) until FLUSHALL.
 func (t *table) allocOne() uint32 {
 	if n := len(t.freeL); n > 0 {
 		ei := t.freeL[n-1]
@@ -284,7 +294,7 @@ func (t *table) allocOne() uint32 {
 	if n := len(t.freeP); n > 0 {
 		ei := t.freeP[n-1]
 		t.freeP = t.freeP[:n-1]
-		t.freeL = append(t.freeL, ei+1) // free already (freePair)
+		t.freeL = append(t.freeL, ei+1) // marked free when the pair was removed
 		return ei
 	}
 	return t.grow(1)
