@@ -116,23 +116,9 @@ func (sh *shard) warm(ops []*Op) {
 	for _, op := range ops {
 		if op.keyed() {
 			if v := t.idx[home(op.hash, t.shift)]; v > idxTomb {
-				sh.prefetchKey(t.at(uint32(v) - 2))
+				t.prefetchKey(t.at(uint32(v) - 2))
 			}
 		}
-	}
-}
-
-// prefetchKey prefetches the bytes of e's key if they are in the arena
-// (both cache lines when the key straddles two).
-func (sh *shard) prefetchKey(e *entry) {
-	if e.isFree() || !e.inArena() {
-		return
-	}
-	k := sh.t.keyOf(e)
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(k)))
-	prefetch(p)
-	if last := p + uintptr(len(k)) - 1; last>>6 != p>>6 {
-		prefetch(last)
 	}
 }
 
@@ -370,7 +356,7 @@ func (sh *shard) warmEntries(eis []uint32) {
 		prefetch(uintptr(unsafe.Pointer(t.at(ei))))
 	}
 	for _, ei := range eis {
-		sh.prefetchKey(t.at(ei))
+		t.prefetchKey(t.at(ei))
 	}
 }
 

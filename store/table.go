@@ -101,22 +101,13 @@ func (e *entry) keyLen() int {
 }
 
 // isPair reports that the entry's key takes the next entry too.
-func (e *entry) isPair() bool { n := e.lenField(); return n > inlineKey && n <= pairKey }
+func (e *entry) isPair() bool { return pairLen(e.lenField()) }
 
 // inArena reports that the entry's key is in the arena.
 func (e *entry) inArena() bool { return e.lenField() == metaArenaKey }
 
-// keyClass is how a key of n bytes is stored: 1 entry, 2 (a pair), or 0
-// (one entry and the arena).
-func keyClass(n int) int {
-	switch {
-	case n <= inlineKey:
-		return 1
-	case n <= pairKey:
-		return 2
-	}
-	return 0
-}
+// pairLen reports that a key of n bytes is kept in a pair of entries.
+func pairLen(n int) bool { return n > inlineKey && n <= pairKey }
 
 const (
 	entryPageBits = 16 // 2 MiB pages: one huge page each (see flatmem.go)
@@ -205,14 +196,28 @@ func (t *table) keyOf(e *entry) []byte {
 	return t.arena.get(binary.LittleEndian.Uint64(e.k[:8]), uint32(e.keyLen()))
 }
 
+// prefetchKey prefetches the bytes of e's key if they are in the arena
+// (both cache lines when the key straddles two).
+func (t *table) prefetchKey(e *entry) {
+	if e.isFree() || !e.inArena() {
+		return
+	}
+	k := t.keyOf(e)
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(k)))
+	prefetch(p)
+	if last := p + uintptr(len(k)) - 1; last>>6 != p>>6 {
+		prefetch(last)
+	}
+}
+
 // setKey stores key into e, which must have room for it (a pair for a
 // pair-sized key), inline or in the arena.
 func (t *table) setKey(e *entry, key []byte, a *arena) {
 	e.meta &^= metaLenMask << metaLenShift
-	switch keyClass(len(key)) {
-	case 1:
+	switch {
+	case len(key) <= inlineKey:
 		copy(e.k[:], key)
-	case 2:
+	case len(key) <= pairKey:
 		copy(unsafe.Slice(&e.k[0], pairKey), key)
 	default:
 		e.meta |= metaArenaKey << metaLenShift
@@ -265,7 +270,7 @@ func (t *table) insertHash(key []byte, h uint64) uint32 {
 		t.rehash()
 	}
 	var ei uint32
-	if keyClass(len(key)) == 2 {
+	if pairLen(len(key)) {
 		ei = t.allocPair()
 	} else {
 		ei = t.allocOne()
@@ -294,7 +299,7 @@ func (t *table) allocOne() uint32 {
 	if n := len(t.freeP); n > 0 {
 		ei := t.freeP[n-1]
 		t.freeP = t.freeP[:n-1]
-		t.freeL = append(t.freeL, ei+1) // marked free when the pair was removed
+		t.freeL = append(t.freeL, ei+1) // free since allocPair marked it
 		return ei
 	}
 	return t.grow(1)
@@ -302,7 +307,8 @@ func (t *table) allocOne() uint32 {
 
 // allocPair hands out a free pair (its first, even, index): a freed one or
 // a new one. The second entry is marked free for whatever walks the
-// entries; the key will run over all but its flags.
+// entries; the key runs over all but its flags, so it stays marked until
+// the pair is split (allocOne).
 func (t *table) allocPair() uint32 {
 	var ei uint32
 	if n := len(t.freeP); n > 0 {
@@ -361,8 +367,7 @@ func (t *table) removeHash(ei uint32, h uint64) {
 		panic("store: table entry missing from index")
 	}
 	switch {
-	case e.isPair():
-		*t.at(ei + 1) = entry{meta: metaFree}
+	case e.isPair(): // the second entry reads as free already (allocPair)
 		t.freeP = append(t.freeP, ei)
 	case e.inArena():
 		t.arena.forget(uint32(e.keyLen()))
