@@ -78,10 +78,11 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 }
 
 // warm hashes every key of the batch and prefetches the memory each lookup
-// will read (index slot, then entry, then a long key's bytes) in passes with
-// no dependencies between ops, so the CPU overlaps their cache misses
-// instead of taking them one after another. On this workload the misses,
-// not the arithmetic, dominate a lookup at millions of keys.
+// will read (index slots, then the entry whose tag matches the key's, then
+// a long key's bytes) in passes with no dependencies between ops, so the
+// CPU overlaps their cache misses instead of taking them one after
+// another. On this workload the misses, not the arithmetic, dominate a
+// lookup at millions of keys.
 func (sh *shard) warm(ops []*Op) {
 	t := sh.t
 	if len(ops) == 1 { // nothing to overlap with
@@ -107,17 +108,20 @@ func (sh *shard) warm(ops []*Op) {
 		}
 	}
 	for _, op := range ops {
+		op.cand = -1
 		if op.keyed() {
-			if v := t.idx[home(op.hash, t.shift)]; v > idxTomb {
-				prefetch(uintptr(unsafe.Pointer(t.at(uint32(v) - 2))))
+			op.cand = t.candidate(t.idx, t.shift, op.hash)
+			if op.cand < 0 && t.old != nil {
+				op.cand = t.candidate(t.old, t.oldShift, op.hash)
+			}
+			if op.cand >= 0 {
+				prefetch(uintptr(unsafe.Pointer(t.at(uint32(op.cand)))))
 			}
 		}
 	}
 	for _, op := range ops {
-		if op.keyed() {
-			if v := t.idx[home(op.hash, t.shift)]; v > idxTomb {
-				t.prefetchKey(t.at(uint32(v) - 2))
-			}
+		if op.cand >= 0 {
+			t.prefetchKey(t.at(uint32(op.cand)))
 		}
 	}
 }

@@ -258,6 +258,25 @@ func (t *table) probe(idx []uint64, shift uint, key []byte, h uint64) int64 {
 	}
 }
 
+// candidate returns the entry index of the first slot from h's home in idx
+// whose tag matches h, or -1: the entry probe will most likely compare
+// first, found from the index alone. warm prefetches it; at a load factor
+// of a half or more, a third of keys sit past their home slot, and
+// prefetching the home slot's entry would miss theirs.
+func (t *table) candidate(idx []uint64, shift uint, h uint64) int64 {
+	tag := h >> 32
+	mask := uint64(len(idx) - 1)
+	for i := home(h, shift); ; i = (i + 1) & mask {
+		v := idx[i]
+		if v == idxEmpty {
+			return -1
+		}
+		if v != idxTomb && v>>32 == tag {
+			return int64(uint32(v) - 2)
+		}
+	}
+}
+
 // insert adds key, which must not be present, and returns its entry index.
 func (t *table) insert(key []byte) uint32 { return t.insertHash(key, t.hash(key)) }
 

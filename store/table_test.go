@@ -385,3 +385,29 @@ func TestArenaCompactsBesidePairs(t *testing.T) {
 		require.Equal(t, k, tb.keyOf(tb.at(keepEI[i])))
 	}
 }
+
+// TestCandidateFindsDisplacedKeys: warm prefetches the entry candidate
+// names, found from the index alone. It must be the key's own entry,
+// keys that sit past their home slot included (prefetching the home
+// slot's entry, as warm once did, misses theirs), and -1 for absent keys.
+func TestCandidateFindsDisplacedKeys(t *testing.T) {
+	tb := newTable(maphash.MakeSeed())
+	defer tb.release()
+	const n = 5000
+	for i := 0; i < n; i++ {
+		tb.insert([]byte(fmt.Sprintf("live:%012d", i)))
+	}
+	displaced := 0
+	for i := 0; i < n; i++ {
+		k := []byte(fmt.Sprintf("live:%012d", i))
+		h := tb.hash(k)
+		ei := tb.find(k)
+		require.GreaterOrEqual(t, ei, int64(0))
+		require.Equal(t, ei, tb.candidate(tb.idx, tb.shift, h), "key %s", k)
+		if v := tb.idx[home(h, tb.shift)]; v <= idxTomb || int64(uint32(v)-2) != ei {
+			displaced++
+		}
+		require.Equal(t, int64(-1), tb.candidate(tb.idx, tb.shift, tb.hash([]byte(fmt.Sprintf("gone:%012d", i)))))
+	}
+	require.Greater(t, displaced, n/10, "too few keys past their home slot to test them")
+}
