@@ -313,7 +313,11 @@ func runScenario(ctx context.Context, e *env, sc scenario, systems []system, loa
 		specs[i].Timeout = time.Duration(max(120, 10*target)) * time.Second
 		logf("   %-18s warm-up %8.0f rps -> -n %d", s.name, r.RPS, n)
 	}
-	for round := 1; round <= cfg.Rounds; round++ {
+	rounds := cfg.Rounds
+	if sc.Flat {
+		rounds = max(rounds, cfg.FlatRounds)
+	}
+	for round := 1; round <= rounds; round++ {
 		for i, s := range systems {
 			if ctx.Err() != nil {
 				return ctx.Err()

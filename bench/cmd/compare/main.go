@@ -32,6 +32,7 @@ import (
 // config is everything the flags set.
 type config struct {
 	Rounds         int           `json:"rounds"`
+	FlatRounds     int           `json:"flat_rounds"`
 	Quick          bool          `json:"quick"`
 	Requests       int           `json:"requests"`
 	Duration       time.Duration `json:"-"`
@@ -65,6 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&c.Rounds, "rounds", 3, "measured rounds per scenario; systems alternate A B A B ...")
+	fs.IntVar(&c.FlatRounds, "flat-rounds", 5, "measured rounds of flat-p16 at least (its verdict is a ratio of two noisy runs)")
 	fs.BoolVar(&c.Quick, "quick", false, "shrink the big live keyspace from 10M to 1M keys (see --big-keys)")
 	fs.IntVar(&c.Requests, "requests", 0, "redis-benchmark -n for every measured run; 0: calibrate each to --duration")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "target length of one measured run when calibrating -n")
@@ -105,6 +107,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.Rounds < 1 || c.Rounds > 100 {
 		return c, fmt.Errorf("--rounds must be 1..100")
+	}
+	if c.FlatRounds < 0 || c.FlatRounds > 100 {
+		return c, fmt.Errorf("--flat-rounds must be 0..100")
 	}
 	if c.Clients < 1 || c.Clients > 1000 {
 		return c, fmt.Errorf("--clients must be 1..1000")
