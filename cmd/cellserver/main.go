@@ -32,6 +32,7 @@ import (
 type Config struct {
 	Addr        string // TCP listen address
 	RequirePass string // password of the default user; empty: no AUTH
+	Threads     int    // GOMAXPROCS; 0: the Go runtime's default (the CPUs available)
 	Shards      int    // shard owner goroutines
 	EnableDebug string // no | yes | local
 	MaxClients  int
@@ -53,7 +54,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6379", "TCP `host:port` to listen on")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "require clients to AUTH with this `password`")
-	fs.IntVar(&c.Shards, "shards", runtime.GOMAXPROCS(0), "number of keyspace shards, each owned by one goroutine (default: the number of CPUs)")
+	fs.IntVar(&c.Threads, "threads", 0, "CPUs to run Go code on at once (GOMAXPROCS); event loops and the default number of shards follow it (default: every CPU available, cgroup limits included)")
+	fs.IntVar(&c.Shards, "shards", 0, "number of keyspace shards, each owned by one goroutine (default: --threads)")
 	fs.StringVar(&c.EnableDebug, "enable-debug-command", "no", "allow DEBUG (e.g. DEBUG CLOCK): no, yes, or local (loopback clients only)")
 	fs.IntVar(&c.MaxClients, "maxclients", 10000, "maximum simultaneous client connections")
 	fs.StringVar(&c.DataDir, "data-dir", "cellserver-data", "`directory` where limiter state persists (Pebble)")
@@ -72,6 +74,15 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	if c.Threads < 0 {
+		return c, fmt.Errorf("--threads must be at least 1 (or 0 for every CPU), got %d", c.Threads)
+	}
+	if c.Shards == 0 {
+		c.Shards = c.Threads
+		if c.Shards == 0 {
+			c.Shards = runtime.GOMAXPROCS(0)
+		}
 	}
 	var err error
 	if c.Fsync, err = store.ParseFsync(*fsync); err != nil {
@@ -123,6 +134,9 @@ func main() {
 
 func run(cfg Config) error {
 	log := slog.Default()
+	if cfg.Threads > 0 {
+		runtime.GOMAXPROCS(cfg.Threads) // before the event loops are counted
+	}
 	// GOGC 25 with a floor under the headroom (see gc.go). GOGC, if set,
 	// still wins.
 	if os.Getenv("GOGC") == "" {
@@ -174,7 +188,7 @@ func run(cfg Config) error {
 	if !cfg.InMemory {
 		persistence = cfg.DataDir + " fsync=" + cfg.Fsync.String()
 	}
-	log.Info("cellserver listening", "addr", srv.Addr().String(), "shards", st.NumShards(), "persistence", persistence, "version", commands.Version)
+	log.Info("cellserver listening", "addr", srv.Addr().String(), "threads", runtime.GOMAXPROCS(0), "shards", st.NumShards(), "persistence", persistence, "version", commands.Version)
 
 	if cfg.PprofAddr != "" {
 		go func() {
