@@ -546,6 +546,10 @@ func (p *persister) loop() {
 		for _, r := range reqs {
 			if r.sh != nil {
 				r.sh.synced.Store(r.n)
+				select { // wake a shard waiting for room (see shard.stepWaits)
+				case r.sh.room <- struct{}{}:
+				default:
+				}
 			}
 			if r.wg != nil {
 				r.wg.Done()

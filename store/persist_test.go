@@ -351,3 +351,74 @@ func TestDeletesReachDiskOnlyForWrittenKeys(t *testing.T) {
 	defer st.Close()
 	assert.Equal(t, int64(0), st.PersistStats().KeysLoaded)
 }
+
+// TestSlowDiskDoesNotStallShard: while the committer cannot finish (here
+// every sync blocks; on a real disk, Pebble holding writes back while it
+// flushes a snapshot round's burst), the shard owner keeps answering. A
+// snapshot of 20000 keys in chunks of 4 is 5000 chunks, more than the
+// committer's queue holds: sent unpaced, they filled it and blocked the
+// owner until the disk came back. Once it does, everything reaches it.
+func TestSlowDiskDoesNotStallShard(t *testing.T) {
+	defer func(w, c int) { writeChunk, snapChunk = w, c }(writeChunk, snapChunk)
+	writeChunk, snapChunk = 4, 4
+	mem := vfs.NewMem()
+	var blocking atomic.Bool
+	gate := make(chan struct{})
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if blocking.Load() && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+			<-gate
+		}
+		return nil
+	}))
+	clk := wallClock()
+	st, err := New(Config{Shards: 1, Clock: clk, SweepInterval: -1, DataDir: "db", Fsync: FsyncEverySec,
+		FS: fs, MemTableSize: 4 << 20, PersistInterval: time.Hour})
+	require.NoError(t, err)
+	const n = 20000
+	sess := st.NewSession()
+	for i := 0; i < n; i++ {
+		sess.Add(throttleOp(fmt.Sprintf("slow:%d", i), 5, 1, 60, 1))
+		if i%512 == 511 {
+			sess.Run()
+		}
+	}
+	sess.Run()
+
+	blocking.Store(true)
+	st.snapshotRound(1)
+	// Decisions keep coming while the disk is stuck and the snapshot waits.
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		for i := 0; i < 200; i++ {
+			op := throttleOp(fmt.Sprintf("slow:%d", i), 5, 1, 60, 1)
+			run(st, op)
+			if op.Err != nil || op.Result.Remaining != 4 {
+				t.Errorf("call %d: err %v, remaining %d", i, op.Err, op.Result.Remaining)
+				return
+			}
+			time.Sleep(time.Millisecond) // let the owner take steps between calls
+		}
+	}()
+	select {
+	case <-answered:
+	case <-time.After(20 * time.Second):
+		close(gate)
+		t.Fatal("the shard owner stopped answering while the disk was stuck")
+	}
+	blocking.Store(false)
+	close(gate)
+	require.NoError(t, st.Close())
+
+	st = openPersistent(t, "db", FsyncEverySec, clk, mem)
+	defer st.Close()
+	for _, i := range []int{0, 199, 200, n - 1} {
+		tat, ok, _ := state(st, fmt.Sprintf("slow:%d", i))
+		require.True(t, ok, "key %d", i)
+		calls := uint64(1)
+		if i < 200 {
+			calls = 2
+		}
+		assert.Equal(t, uint64(clk.Now())+calls*60e9, tat, "key %d", i)
+	}
+}

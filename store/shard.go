@@ -32,6 +32,7 @@ type shard struct {
 	spare   chan spareBatch // committed batches, for reuse
 	sent    uint64          // requests sent to the committer
 	synced  atomic.Uint64   // requests the committer has finished
+	room    chan struct{}   // the committer finished some of this shard's requests
 	snap    bool            // pb starts with a full rewrite of the shard (resync)
 	rec     []byte          // the record being built
 	// Changed keys are written as their latest value, once per write-out:
@@ -74,6 +75,7 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 		slotHi: hi,
 		p:      p,
 		spare:  make(chan spareBatch, 4),
+		room:   make(chan struct{}, 1),
 	}
 }
 
@@ -154,7 +156,18 @@ func (sh *shard) loop() {
 	for {
 		var b *batch
 		due := sh.stepDue()
-		if due {
+		if due && sh.stepWaits() {
+			// The committer is behind (a disk slower than this shard's
+			// changes, or Pebble holding writes back while it flushes a
+			// snapshot round's burst): serve batches, and step again once
+			// it has caught up. Sending more would fill its queue and then
+			// block this goroutine, and every client with it.
+			select {
+			case b = <-sh.in:
+			case <-sh.room:
+				continue
+			}
+		} else if due {
 			// Batches go first: a step runs when none is queued, or once
 			// writeChunk/2 commands ran since it was due. A command changes
 			// at most one key, so even a shard that is never idle writes
@@ -283,6 +296,21 @@ const migrateIdle = 16384
 // snapshot in progress, or a migration of the key index (see step).
 func (sh *shard) stepDue() bool {
 	return sh.writePos < len(sh.writing) || sh.snapRound != 0 || sh.t.old != nil
+}
+
+// maxInFlight is how many of a shard's write-out or snapshot chunks may
+// wait in the committer's queue before the shard stops writing more (its
+// changes stay in memory, marked dirty, meanwhile). A snapshot round of 5M
+// keys is about 2500 chunks: unpaced, it filled the queue (4096 requests)
+// faster than Pebble took it, and the shard then blocked on the queue for
+// up to 2 s.
+const maxInFlight = 8
+
+// stepWaits reports whether the next step would send a chunk to a
+// committer that already has maxInFlight of this shard's.
+func (sh *shard) stepWaits() bool {
+	return sh.p != nil && (sh.writePos < len(sh.writing) || sh.snapRound != 0) &&
+		sh.sent-sh.synced.Load() >= maxInFlight
 }
 
 // step takes the next background step: a chunk of the write-out in
