@@ -34,6 +34,7 @@ func BenchmarkShardBatch(b *testing.B) {
 			}
 			for i := 0; i < n; i++ {
 				ops[0].Key = liveKey(bufs[0], i)
+				bufs[0] = ops[0].Key
 				sh.warm(ops[:1])
 				sh.exec(ops[0], now)
 			}

@@ -71,7 +71,7 @@ type Op struct {
 	Entries []Entry  // OpDumpSlots
 
 	hash uint64 // Key's table hash, computed by the shard's warm pass
-	cand int64  // warm's guess at Key's entry, from the index (-1: none)
+	cand int64  // warm's guess at Key's entry, from the index (-1: none); set and read by warm only
 }
 
 // Entry is one key's limiter state, as moved between cluster nodes.

@@ -261,8 +261,9 @@ func (t *table) probe(idx []uint64, shift uint, key []byte, h uint64) int64 {
 // candidate returns the entry index of the first slot from h's home in idx
 // whose tag matches h, or -1: the entry probe will most likely compare
 // first, found from the index alone. warm prefetches it: at the index's
-// load factors (3/8 to 3/4) a fifth to a third of keys sit past their home
-// slot, and prefetching the home slot's entry would miss theirs.
+// load factors (3/8 to 3/4) a fifth to three eighths of keys sit past
+// their home slot, and prefetching the home slot's entry would miss theirs.
+// For an absent key it walks to an empty slot, as the lookup then does.
 func (t *table) candidate(idx []uint64, shift uint, h uint64) int64 {
 	tag := h >> 32
 	mask := uint64(len(idx) - 1)

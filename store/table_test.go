@@ -411,3 +411,32 @@ func TestCandidateFindsDisplacedKeys(t *testing.T) {
 	}
 	require.Greater(t, displaced, n/10, "too few keys past their home slot to test them")
 }
+
+// TestWarmCandidateDuringMigration: while the index is rebuilt (keys not
+// yet moved are found in the old one), warm still names each key's own
+// entry, and none for a removed key.
+func TestWarmCandidateDuringMigration(t *testing.T) {
+	sh := newShard(0, maphash.MakeSeed(), Config{Shards: 1, Clock: &Clock{}}, nil)
+	defer sh.t.release()
+	key := func(i int) []byte { return []byte(fmt.Sprintf("mig:%d", i)) }
+	checked := 0
+	for i := 0; i < 50000; i++ {
+		sh.t.insert(key(i))
+		if i%7 == 3 {
+			sh.t.remove(uint32(sh.t.find(key(i - 3))))
+		}
+		if sh.t.old == nil || i%16 != 0 {
+			continue
+		}
+		ops := make([]*Op, 8)
+		for j := range ops {
+			ops[j] = &Op{Kind: OpGet, Key: key((i*31 + j*977) % (i + 1))}
+		}
+		sh.warm(ops)
+		for _, op := range ops {
+			require.Equal(t, sh.t.find(op.Key), op.cand, "key %s at insert %d", op.Key, i)
+			checked++
+		}
+	}
+	require.Greater(t, checked, 200, "too few checks during a migration")
+}

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -339,45 +340,54 @@ func TestGracefulShutdown(t *testing.T) {
 // TestThreadsFlag: --threads 1 runs every event loop and shard owner on
 // one CPU; with four shards beside it, pipelines from concurrent clients
 // that span every shard are still each answered in order, and each key's
-// decisions stay exact.
+// decisions stay exact. Every key has its own burst, so a reply that went
+// to the wrong command or client would not match.
 func TestThreadsFlag(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "--threads", "1", "--shards", "4")
-	require.Contains(t, s.Output(), "threads=1 shards=4")
+	require.Eventually(t, func() bool { return strings.Contains(s.Output(), "threads=1 shards=4") },
+		5*time.Second, 10*time.Millisecond, "startup line: %s", s.Output())
 	const clients, perClient = 8, 20
 	errs := make(chan error, clients)
 	for i := 0; i < clients; i++ {
 		go func(i int) {
-			rdb := s.Client(t)
-			ctx := ctxT(t, 30*time.Second)
-			for n := 0; n < perClient; n++ {
-				pipe := rdb.Pipeline()
-				cmds := make([]*redis.Cmd, 16)
-				for j := range cmds {
-					cmds[j] = pipe.Do(ctx, "CL.THROTTLE", "thr:"+strconv.Itoa(i)+":"+strconv.Itoa(j), 100, 1, 3600)
-				}
-				if _, err := pipe.Exec(ctx); err != nil {
-					errs <- err
-					return
-				}
-				for j, c := range cmds {
-					// Each key gets one call per round: the n-th is allowed
-					// with 100-n calls of burst left, and the limit resets
-					// (n+1) emission intervals of an hour from now.
-					want := []interface{}{int64(0), int64(101), int64(100 - n), int64(-1)}
-					got, _ := c.Slice()
-					reset := int64(3600 * (n + 1))
-					if len(got) != 5 || !assert.ObjectsAreEqual(want, got[:4]) || got[4].(int64) > reset || got[4].(int64) < reset-60 {
-						errs <- assert.AnError
-						t.Errorf("client %d round %d key %d: got %v, want %v and a reset of about %d", i, n, j, got, want, reset)
-						return
+			errs <- func() error {
+				rdb := s.Client(t)
+				ctx := ctxT(t, 30*time.Second)
+				for n := 0; n < perClient; n++ {
+					pipe := rdb.Pipeline()
+					cmds := make([]*redis.Cmd, 16)
+					for j := range cmds {
+						cmds[j] = pipe.Do(ctx, "CL.THROTTLE", "thr:"+strconv.Itoa(i)+":"+strconv.Itoa(j), 100+16*i+j, 1, 3600)
+					}
+					if _, err := pipe.Exec(ctx); err != nil {
+						return err
+					}
+					for j, c := range cmds {
+						// Each key gets one call per round: the n-th is
+						// allowed with burst-n calls left, and the limit
+						// resets (n+1) emission intervals of an hour from now.
+						burst := int64(100 + 16*i + j)
+						want := []interface{}{int64(0), burst + 1, burst - int64(n), int64(-1)}
+						got, err := c.Slice()
+						if err != nil || len(got) != 5 || !assert.ObjectsAreEqual(want, got[:4]) {
+							return fmt.Errorf("client %d round %d key %d: got %v (%v), want %v and a reset", i, n, j, got, err, want)
+						}
+						reset, ok := got[4].(int64)
+						if want := int64(3600 * (n + 1)); !ok || reset > want || reset < want-60 {
+							return fmt.Errorf("client %d round %d key %d: reset %v, want about %d", i, n, j, got[4], want)
+						}
 					}
 				}
-			}
-			errs <- nil
+				return nil
+			}()
 		}(i)
 	}
+	var failed []error
 	for i := 0; i < clients; i++ {
-		require.NoError(t, <-errs)
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
 	}
+	require.Empty(t, failed)
 }

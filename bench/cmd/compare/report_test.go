@@ -18,9 +18,10 @@ func TestFlatRatiosPairRounds(t *testing.T) {
 		}},
 		{System: "cellserver, 10M live keys", Runs: []runResult{
 			{Round: 0, CPUPerOp: 1}, {Round: 1, CPUPerOp: 2.5}, {Round: 2, CPUPerOp: 1.8},
-			{Round: 3, CPUPerOp: 5}, {Round: 4, Error: "timeout"},
+			{Round: 3, CPUPerOp: 5}, {Round: 4, Error: "timeout"}, {Round: 5},
 		}},
 	}}
+	sr.Systems[0].Runs = append(sr.Systems[0].Runs, runResult{Round: 5, CPUPerOp: 1}) // its pair measured no CPU
 	require.InDeltaSlice(t, []float64{1.25, 1.2}, flatRatios(sr), 1e-9)
 	require.Equal(t, "1.25x, 1.20x", fmtRatios(flatRatios(sr)))
 	require.Nil(t, flatRatios(&scenarioResult{}))
