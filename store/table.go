@@ -241,19 +241,14 @@ func (t *table) findHash(key []byte, h uint64) int64 {
 
 // probe looks key up in one index.
 func (t *table) probe(idx []uint64, shift uint, key []byte, h uint64) int64 {
-	tag := h >> 32
-	mask := uint64(len(idx) - 1)
+	tag, mask := h>>32, uint64(len(idx)-1)
 	for i := home(h, shift); ; i = (i + 1) & mask {
-		v := idx[i]
-		if v == idxEmpty {
+		var ei int64
+		if i, ei = nextTagged(idx, i, mask, tag); ei < 0 {
 			return -1
 		}
-		if v != idxTomb && v>>32 == tag {
-			ei := uint32(v) - 2
-			e := t.at(ei)
-			if e.keyLen() == len(key) && bytes.Equal(t.keyOf(e), key) {
-				return int64(ei)
-			}
+		if e := t.at(uint32(ei)); e.keyLen() == len(key) && bytes.Equal(t.keyOf(e), key) {
+			return ei
 		}
 	}
 }
@@ -265,15 +260,21 @@ func (t *table) probe(idx []uint64, shift uint, key []byte, h uint64) int64 {
 // their home slot, and prefetching the home slot's entry would miss theirs.
 // For an absent key it walks to an empty slot, as the lookup then does.
 func (t *table) candidate(idx []uint64, shift uint, h uint64) int64 {
-	tag := h >> 32
-	mask := uint64(len(idx) - 1)
-	for i := home(h, shift); ; i = (i + 1) & mask {
+	_, ei := nextTagged(idx, home(h, shift), uint64(len(idx)-1), h>>32)
+	return ei
+}
+
+// nextTagged walks idx from slot i to the first slot whose value carries
+// tag, returning it and its entry index, or the empty slot that ends the
+// walk and -1.
+func nextTagged(idx []uint64, i, mask, tag uint64) (uint64, int64) {
+	for ; ; i = (i + 1) & mask {
 		v := idx[i]
 		if v == idxEmpty {
-			return -1
+			return i, -1
 		}
 		if v != idxTomb && v>>32 == tag {
-			return int64(uint32(v) - 2)
+			return i, int64(uint32(v) - 2)
 		}
 	}
 }
