@@ -294,9 +294,11 @@ const migrateIdle = 16384
 
 // stepDue reports whether a background step is waiting: a write-out or a
 // snapshot in progress, or a migration of the key index (see step).
-func (sh *shard) stepDue() bool {
-	return sh.writePos < len(sh.writing) || sh.snapRound != 0 || sh.t.old != nil
-}
+func (sh *shard) stepDue() bool { return sh.stepSends() || sh.t.old != nil }
+
+// stepSends reports whether the next step writes a chunk for the committer:
+// a write-out or a snapshot is in progress.
+func (sh *shard) stepSends() bool { return sh.writePos < len(sh.writing) || sh.snapRound != 0 }
 
 // maxInFlight is how many of a shard's write-out or snapshot chunks may
 // wait in the committer's queue before the shard stops writing more (its
@@ -309,8 +311,7 @@ const maxInFlight = 8
 // stepWaits reports whether the next step would send a chunk to a
 // committer that already has maxInFlight of this shard's.
 func (sh *shard) stepWaits() bool {
-	return sh.p != nil && (sh.writePos < len(sh.writing) || sh.snapRound != 0) &&
-		sh.sent-sh.synced.Load() >= maxInFlight
+	return sh.p != nil && sh.stepSends() && sh.sent-sh.synced.Load() >= maxInFlight
 }
 
 // step takes the next background step: a chunk of the write-out in

@@ -244,7 +244,7 @@ func flatRatios(sr *scenarioResult) []float64 {
 	}
 	var out []float64
 	for _, r := range sr.Systems[1].Runs {
-		if small, ok := byRound[r.Round]; ok && r.Round > 0 && r.Error == "" && r.CPUPerOp > 0 {
+		if small, ok := byRound[r.Round]; ok && r.Error == "" && r.CPUPerOp > 0 { // byRound has no warm-up
 			out = append(out, r.CPUPerOp/small)
 		}
 	}
