@@ -38,10 +38,28 @@ var (
 
 // parser splits a read buffer into commands without copying: args point into
 // the buffer and stay valid until the buffer is compacted.
+//
+// A multibulk that has not fully arrived is not parsed again on the next
+// read: the parser keeps the arguments parsed so far as offsets from the
+// request's first byte, and where the next one starts. The caller must hand
+// the next call a buffer that starts with the same request (the unfinished
+// request may have moved, but not changed), so parsing costs one pass over
+// the request however many reads it arrives in.
 type parser struct {
 	protoMaxBulk int64
 	args         [][]byte // every parsed arg, commands back to back
 	ends         []int    // end index in args of each command
+
+	// The unfinished multibulk, if part: left arguments still to come, the
+	// next one at offset pos; offs holds start and end offsets of those
+	// parsed. need is how many bytes from the request's start the argument
+	// being read needs (0 until its length is known): the caller may size
+	// its buffer once for a large argument instead of growing it per read.
+	part bool
+	left int64
+	pos  int
+	offs []uint32 // requests are below MaxQueryBuffer (1 GiB by default, < 4 GiB)
+	need int
 }
 
 // next parses one command from b. It returns the bytes consumed (0 and
@@ -51,74 +69,97 @@ func (p *parser) next(b []byte, authed bool) (int, error) {
 	if len(b) == 0 {
 		return 0, errIncomplete
 	}
-	if b[0] != '*' {
-		return p.inline(b)
-	}
-	cr := bytes.IndexByte(b, '\r')
-	if cr < 0 {
-		if len(b) > inlineMaxSize {
-			return 0, errTooBigMbulk
+	if !p.part {
+		if b[0] != '*' {
+			return p.inline(b)
 		}
-		return 0, errIncomplete
-	}
-	if cr+1 >= len(b) {
-		return 0, errIncomplete
-	}
-	count, ok := string2ll(b[1:cr])
-	if !ok || count > maxMultibulk {
-		return 0, errInvalidMbulk
-	}
-	if count > unauthMaxMultibulk && !authed {
-		return 0, errUnauthMbulk
-	}
-	pos := cr + 2
-	if count <= 0 {
-		return pos, nil
-	}
-	mark := len(p.args)
-	for i := int64(0); i < count; i++ {
-		if pos >= len(b) {
-			p.args = p.args[:mark]
+		cr := bytes.IndexByte(b, '\r')
+		if cr < 0 {
+			if len(b) > inlineMaxSize {
+				return 0, errTooBigMbulk
+			}
 			return 0, errIncomplete
 		}
+		if cr+1 >= len(b) {
+			return 0, errIncomplete
+		}
+		count, ok := string2ll(b[1:cr])
+		if !ok || count > maxMultibulk {
+			return 0, errInvalidMbulk
+		}
+		if count > unauthMaxMultibulk && !authed {
+			return 0, errUnauthMbulk
+		}
+		if count <= 0 {
+			return cr + 2, nil
+		}
+		p.part, p.left, p.pos, p.offs = true, count, cr+2, p.offs[:0]
+	}
+	pos := p.pos
+	for ; p.left > 0; p.left-- {
+		if pos >= len(b) {
+			return p.suspend(pos, 0)
+		}
 		if b[pos] != '$' {
-			p.args = p.args[:mark]
+			p.abandon()
 			return 0, &ProtocolError{"expected '$', got '" + string(b[pos:pos+1]) + "'"}
 		}
 		cr := bytes.IndexByte(b[pos:], '\r')
 		if cr < 0 {
-			p.args = p.args[:mark]
 			if len(b)-pos > inlineMaxSize {
+				p.abandon()
 				return 0, errTooBigBulk
 			}
-			return 0, errIncomplete
+			return p.suspend(pos, 0)
 		}
 		cr += pos
 		if cr+1 >= len(b) {
-			p.args = p.args[:mark]
-			return 0, errIncomplete
+			return p.suspend(pos, 0)
 		}
 		n, ok := string2ll(b[pos+1 : cr])
 		if !ok || n < 0 || n > p.protoMaxBulk {
-			p.args = p.args[:mark]
+			p.abandon()
 			return 0, errInvalidBulk
 		}
 		if n > unauthMaxBulk && !authed {
-			p.args = p.args[:mark]
+			p.abandon()
 			return 0, errUnauthBulk
 		}
 		start := cr + 2
 		if int64(len(b)-start) < n+2 {
-			p.args = p.args[:mark]
-			return 0, errIncomplete
+			return p.suspend(pos, start+int(n)+2)
 		}
 		end := start + int(n)
-		p.args = append(p.args, b[start:end:end])
+		p.offs = append(p.offs, uint32(start), uint32(end))
 		pos = end + 2
 	}
+	for i := 0; i < len(p.offs); i += 2 {
+		s, e := p.offs[i], p.offs[i+1]
+		p.args = append(p.args, b[s:e:e])
+	}
 	p.ends = append(p.ends, len(p.args))
+	p.abandon()
 	return pos, nil
 }
+
+// suspend records where the unfinished multibulk stopped.
+func (p *parser) suspend(pos, need int) (int, error) {
+	p.pos, p.need = pos, need
+	return 0, errIncomplete
+}
+
+// abandon forgets the unfinished multibulk.
+func (p *parser) abandon() {
+	p.part, p.left, p.pos, p.need = false, 0, 0, 0
+	p.offs = p.offs[:0]
+	if cap(p.offs) > 2*maxKeptArgs {
+		p.offs = nil
+	}
+}
+
+// pending reports whether a multibulk is partly parsed, and the least
+// length its request needs (0 if not known yet).
+func (p *parser) pending() (bool, int) { return p.part, p.need }
 
 // inline parses a telnet-style line: arguments split by spaces, with
 // Redis's quoting rules (sdssplitargs).
@@ -156,11 +197,22 @@ func (p *parser) commands(dst [][][]byte) [][][]byte {
 	return dst
 }
 
+// reset drops the parsed commands (not an unfinished one: see next).
 func (p *parser) reset() {
 	clear(p.args)
 	p.args = p.args[:0]
 	p.ends = p.ends[:0]
+	if cap(p.args) > maxKeptArgs {
+		p.args = nil // one huge command's; not kept for the connection's life
+	}
+	if cap(p.ends) > maxKeptArgs {
+		p.ends = nil
+	}
 }
+
+// maxKeptArgs is how many parsed arguments' room a connection keeps between
+// pipelines.
+const maxKeptArgs = 4096
 
 // string2ll parses a decimal int64 the way Redis's string2ll does: an
 // optional '-', no '+', no leading zeros, no spaces.
