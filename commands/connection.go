@@ -43,14 +43,14 @@ func pingCmd(_ *Client, w *Out, args [][]byte) {
 		return
 	}
 	if len(args) == 2 {
-		w.WriteBulk(args[1])
+		w.WriteBulkRef(args[1])
 		return
 	}
 	w.WriteString("PONG")
 }
 
 // ECHO message
-func echoCmd(_ *Client, w *Out, args [][]byte) { w.WriteBulk(args[1]) }
+func echoCmd(_ *Client, w *Out, args [][]byte) { w.WriteBulkRef(args[1]) }
 
 // QUIT
 func quitCmd(c *Client, w *Out, _ [][]byte) {

@@ -22,5 +22,8 @@ const (
 	ErrDebugNotAllowed = "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server."
 	ErrInternal        = "ERR internal error"
 	ErrShuttingDown    = "ERR server is shutting down"
-	ErrMisconf         = "MISCONF cellserver is unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes (stop-writes-on-persist-error option). Please check the cellserver logs for details about the error."
+	// ErrKeyTooLong follows Redis's wording for a value over
+	// proto-max-bulk-len; Redis has no key limit of its own.
+	ErrKeyTooLong = "ERR key exceeds maximum allowed size (max-key-bytes)"
+	ErrMisconf    = "MISCONF cellserver is unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes (stop-writes-on-persist-error option). Please check the cellserver logs for details about the error."
 )

@@ -14,13 +14,13 @@ func registerKeyspace(t Table) {
 			Queue: queueEach(store.OpGet), Reply: getReply},
 		&Command{Name: "del", Arity: -2, Flags: []string{"write"}, FirstKey: 1, LastKey: -1,
 			Group: "generic", Summary: "Deletes one or more keys.", Since: "1.0.0",
-			Queue: queueEach(store.OpDel), Reply: sumReply},
+			Queue: queueEach(store.OpDel), Reply: sumReply, Many: sumMany(store.OpDel)},
 		&Command{Name: "unlink", Arity: -2, Flags: []string{"write", "fast"}, FirstKey: 1, LastKey: -1,
 			Group: "generic", Summary: "Deletes one or more keys.", Since: "4.0.0",
-			Queue: queueEach(store.OpDel), Reply: sumReply},
+			Queue: queueEach(store.OpDel), Reply: sumReply, Many: sumMany(store.OpDel)},
 		&Command{Name: "exists", Arity: -2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: -1,
 			Group: "generic", Summary: "Determines whether one or more keys exist.", Since: "1.0.0",
-			Queue: queueEach(store.OpExists), Reply: sumReply},
+			Queue: queueEach(store.OpExists), Reply: sumReply, Many: sumMany(store.OpExists)},
 		&Command{Name: "pttl", Arity: 2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: 1,
 			Group: "generic", Summary: "Returns the expiration time in milliseconds of a key.", Since: "2.6.0",
 			Queue: queueEach(store.OpPTTL), Reply: pttlReply},
@@ -58,6 +58,36 @@ func queueEach(k store.Kind) func(c *Client, args [][]byte) string {
 			c.Queue(op)
 		}
 		return ""
+	}
+}
+
+// sumMany runs DEL|UNLINK|EXISTS over many keys a chunk at a time, summing
+// their counts. Each chunk goes to its shards as one batch; keys on
+// different shards were never checked at one instant anyway.
+func sumMany(k store.Kind) func(c *Client, w *Out, args [][]byte) {
+	return func(c *Client, w *Out, args [][]byte) {
+		var n int64
+		for keys := args[1:]; len(keys) > 0; {
+			chunk := keys[:min(len(keys), maxKeptOps)]
+			keys = keys[len(chunk):]
+			for _, key := range chunk {
+				op := c.NewOp()
+				op.Kind = k
+				op.Key = key
+				c.Queue(op)
+			}
+			ops := c.ops[:c.nops]
+			c.runNow()
+			if e := opsError(ops); e != "" {
+				c.srv.countError(e)
+				w.WriteError(e)
+				return
+			}
+			for _, op := range ops {
+				n += op.N
+			}
+		}
+		w.WriteInt(n)
 	}
 }
 

@@ -49,7 +49,15 @@ type Config struct {
 	// Params are extra values for CONFIG GET and INFO (e.g. "maxclients"),
 	// by Redis parameter name.
 	Params map[string]string
+	// MaxKeyBytes is the longest key a command accepts; longer ones get
+	// ErrKeyTooLong. Limiter keys are short and every one is kept in memory
+	// and written to disk, so a client must not make the server hold a
+	// huge one. Default DefaultMaxKeyBytes; negative: no limit.
+	MaxKeyBytes int
 }
+
+// DefaultMaxKeyBytes is Config.MaxKeyBytes's default (64 KiB).
+const DefaultMaxKeyBytes = 64 << 10
 
 // Server executes commands against a store. Safe for concurrent use by
 // many connections.
@@ -92,6 +100,8 @@ type serverStats struct {
 	hits, misses atomic.Int64
 	errorReplies atomic.Int64
 	moved        atomic.Int64
+	// Clients disconnected for a limit (Redis's INFO stats names).
+	queryBufLimit, outputBufLimit, idleTimeouts atomic.Int64
 }
 
 // New returns a Server executing against st.
@@ -101,6 +111,9 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxKeyBytes == 0 {
+		cfg.MaxKeyBytes = DefaultMaxKeyBytes
 	}
 	s := &Server{
 		cfg:      cfg,
@@ -309,6 +322,15 @@ func (s *Server) CountNet(in, out int) {
 // RejectConnection counts a connection refused by the wire layer (maxclients).
 func (s *Server) RejectConnection() { s.stats.rejectedConn.Add(1) }
 
+// CountQueryBufferLimit counts a client closed for its query buffer.
+func (s *Server) CountQueryBufferLimit() { s.stats.queryBufLimit.Add(1) }
+
+// CountOutputBufferLimit counts a client closed for its output buffer.
+func (s *Server) CountOutputBufferLimit() { s.stats.outputBufLimit.Add(1) }
+
+// CountIdleTimeout counts a client closed for being idle (timeout).
+func (s *Server) CountIdleTimeout() { s.stats.idleTimeouts.Add(1) }
+
 // Queue hands op to the store as part of this pipeline's batch for its key's
 // shard. Only Queue handlers call it.
 func (c *Client) Queue(op *store.Op) { c.sess.Add(op) }
@@ -319,7 +341,11 @@ func (c *Client) QueueTo(i int, op *store.Op) { c.sess.AddTo(i, op) }
 // NewOp returns a cleared op from the client's pool.
 func (c *Client) NewOp() *store.Op {
 	if c.nops == len(c.ops) {
-		c.ops = append(c.ops, new(store.Op))
+		// Ops come in slabs: a command with many keys needs many.
+		slab := make([]store.Op, min(max(len(c.ops), 1), 256))
+		for i := range slab {
+			c.ops = append(c.ops, &slab[i])
+		}
 	}
 	op := c.ops[c.nops]
 	c.nops++
@@ -332,7 +358,7 @@ func (c *Client) NewOp() *store.Op {
 // handlers call it (after finish, so no pipeline slot still holds ops).
 func (c *Client) runNow() {
 	c.sess.Run()
-	c.nops = 0
+	c.recycleOps()
 }
 
 // Slow reports whether a pipeline holds a Slow command (see Command.Slow).
@@ -357,21 +383,26 @@ func (s *Server) Slow(cmds [][][]byte) bool {
 	return false
 }
 
-// Exec runs one pipeline: every command in cmds (each the full argv), with
-// replies appended to out in request order.
-func (s *Server) Exec(c *Client, cmds [][][]byte, out *Out) {
+// Exec runs one pipeline: the commands in cmds (each the full argv), with
+// replies appended to out in request order. It returns how many it ran: all
+// of them, unless the client quit or the replies went past out.Limit first
+// (the wire layer then writes them and runs the rest, or drops the client).
+func (s *Server) Exec(c *Client, cmds [][][]byte, out *Out) int {
 	now := time.Now()
 	c.lastUsed.Store(now.UnixNano())
+	n := 0
 	for _, args := range cmds {
-		if c.closing {
+		if c.closing || out.Exceeded() {
 			break
 		}
 		s.execOne(c, args, out)
+		n++
 	}
 	s.finish(c, out)
-	if len(cmds) > 0 {
-		s.stats.commands.Add(int64(len(cmds)))
+	if n > 0 {
+		s.stats.commands.Add(int64(n))
 	}
+	return n
 }
 
 func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
@@ -410,6 +441,11 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.errSlot(ErrNoAuth)
 		return
 	}
+	if cmd.FirstKey > 0 && s.cfg.MaxKeyBytes > 0 && s.keyTooLong(cmd, args) {
+		c.errSlot(ErrKeyTooLong)
+		c.stat(cmd).failed.Add(1)
+		return
+	}
 	if cmd.FirstKey > 0 && s.clusterOn() {
 		if e := s.route(cmd, args); e != "" {
 			c.errSlot(e)
@@ -423,7 +459,11 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	c.lastCmd.Store(cmd)
 	st := c.stat(cmd)
 	st.calls.Add(1)
-	if cmd.Queue != nil {
+	run := cmd.Run
+	if cmd.Many != nil && len(args) > maxKeptOps {
+		run = cmd.Many
+	}
+	if cmd.Queue != nil && run == nil {
 		from := c.nops
 		if e := s.queue(cmd, c, args); e != "" {
 			// The handler queued nothing on error (contract), but be safe.
@@ -446,9 +486,24 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 				s.log.Error("command panicked", "cmd", cmd.Name, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		cmd.Run(c, out, args)
+		run(c, out, args)
 	}()
 	st.usec.Add(time.Since(start).Microseconds())
+}
+
+// keyTooLong reports whether any of cmd's keys in args is longer than
+// MaxKeyBytes.
+func (s *Server) keyTooLong(cmd *Command, args [][]byte) bool {
+	last := cmd.LastKey
+	if last < 0 {
+		last += len(args)
+	}
+	for i := cmd.FirstKey; i <= last && i < len(args); i += cmd.Step {
+		if len(args[i]) > s.cfg.MaxKeyBytes {
+			return true
+		}
+	}
+	return false
 }
 
 // queue runs cmd's Queue handler; a panic there becomes an error reply.
@@ -505,8 +560,26 @@ func (s *Server) finish(c *Client, out *Out) {
 		}()
 		sl.args = nil
 	}
-	c.slots = c.slots[:0]
+	if cap(c.slots) > maxKeptOps {
+		c.slots = nil
+	} else {
+		c.slots = c.slots[:0]
+	}
+	c.recycleOps()
+}
+
+// maxKeptOps is how many ops (and reply slots) a client keeps for its next
+// pipeline: a command with millions of keys needs as many, and they must not
+// stay allocated for as long as the connection lives.
+const maxKeptOps = 4096
+
+// recycleOps makes the op pool reusable, dropping what is past maxKeptOps.
+func (c *Client) recycleOps() {
 	c.nops = 0
+	if len(c.ops) > maxKeptOps {
+		clear(c.ops[maxKeptOps:])
+		c.ops = c.ops[:maxKeptOps:maxKeptOps]
+	}
 }
 
 // opsError maps store-level failures (not command errors) to a reply.

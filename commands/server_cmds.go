@@ -455,7 +455,8 @@ func configHelp(_ *Client, w *Out, _ [][]byte) {
 func (s *Server) resetStats() {
 	st := &s.stats
 	for _, a := range []interface{ Store(int64) }{&st.connections, &st.rejectedConn, &st.commands,
-		&st.netIn, &st.netOut, &st.hits, &st.misses, &st.errorReplies, &st.moved} {
+		&st.netIn, &st.netOut, &st.hits, &st.misses, &st.errorReplies, &st.moved,
+		&st.queryBufLimit, &st.outputBufLimit, &st.idleTimeouts} {
 		a.Store(0)
 	}
 	s.errorCounts.Range(func(k, _ any) bool { s.errorCounts.Delete(k); return true })
@@ -603,6 +604,10 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 		line("keyspace_hits", s.stats.hits.Load())
 		line("keyspace_misses", s.stats.misses.Load())
 		line("total_error_replies", s.stats.errorReplies.Load())
+		line("client_query_buffer_limit_disconnections", s.stats.queryBufLimit.Load())
+		line("client_output_buffer_limit_disconnections", s.stats.outputBufLimit.Load())
+		// Not in Redis, which does not count them.
+		line("client_idle_timeout_disconnections", s.stats.idleTimeouts.Load())
 	case "replication":
 		b.WriteString("# Replication\r\n")
 		line("role", "master")

@@ -40,6 +40,10 @@ type Command struct {
 	Reply func(c *Client, w *Out, args [][]byte, ops []*store.Op)
 	// Run executes a non-keyed command.
 	Run func(c *Client, w *Out, args [][]byte)
+	// Many, if set, runs a keyed command instead of Queue when it has more
+	// than maxKeptOps arguments: in chunks of keys, so that a command naming
+	// millions of keys does not hold an op for each at once.
+	Many func(c *Client, w *Out, args [][]byte)
 
 	Subcommands []*Command
 

@@ -358,10 +358,17 @@ func (ss *Session) Run() {
 	ss.reset()
 }
 
+// maxKeptPending is the most queued-op capacity a session keeps per shard
+// between pipelines.
+const maxKeptPending = 4096
+
 func (ss *Session) reset() {
 	for _, i := range ss.touched {
 		p := ss.pending[i]
 		clear(p)
+		if cap(p) > maxKeptPending {
+			p = nil // one huge command's; not kept for the connection's life
+		}
 		ss.pending[i] = p[:0]
 		ss.batches[i].ops = nil
 	}
