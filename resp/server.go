@@ -10,9 +10,20 @@
 // EAGAIN) and a goroutine wake-up per connection. On this workload that
 // was 1.5x the throughput at pipeline depth 16 and 1.2x at depth 1.
 //
+// Connections are accepted by a goroutine of this package (Go's net
+// listener), not by gnet's acceptor, and handed to the event loops: gnet
+// stops the whole engine on any accept error it does not expect, such as
+// EMFILE when file descriptors run out, and a server must survive that.
+//
 // Requests are parsed here rather than by redcon's server loop because that
 // loop copies every command (two allocations per command), enforces no
 // size limits and words protocol errors differently from Redis.
+//
+// Per-client limits, as Redis's: the query buffer (MaxQueryBuffer), the
+// output buffer (OutputHard and OutputSoft/OutputSoftFor, Redis's
+// client-output-buffer-limit for normal clients) and the idle timeout
+// (IdleTimeout, Redis's timeout). A client over a limit is disconnected and
+// counted (INFO stats).
 package resp
 
 import (
@@ -21,11 +32,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -43,11 +54,33 @@ type Config struct {
 	// ProtoMaxBulkLen is the largest accepted argument in bytes. Default 512 MiB.
 	ProtoMaxBulkLen int64
 	// MaxQueryBuffer is the most a connection may buffer for one unfinished
-	// request before it is closed. Default 1 GiB.
+	// request before it is closed. Default 1 GiB; at most 4 GiB - 1.
 	MaxQueryBuffer int
+	// OutputHard, if positive, is the most reply bytes a client may have
+	// waiting (built and not yet taken by its socket); past it the client is
+	// disconnected at once. Default 256 MiB; negative: no limit.
+	OutputHard int64
+	// OutputSoft, if positive, disconnects a client whose waiting replies
+	// stay above it for OutputSoftFor. Default 64 MiB for 60 s; negative:
+	// no limit.
+	OutputSoft    int64
+	OutputSoftFor time.Duration
+	// IdleTimeout, if positive, closes a client that sent nothing for that
+	// long (Redis's timeout). Default 0: never.
+	IdleTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
+
+// Defaults of the per-client output limits. Redis sets none for normal
+// clients; a server that any client can reach needs one, and these are far
+// above what a rate-limit client's pipeline produces (a CL.THROTTLE reply is
+// about 40 bytes) while far below the memory of a small machine.
+const (
+	DefaultOutputHard    = 256 << 20
+	DefaultOutputSoft    = 64 << 20
+	DefaultOutputSoftFor = 60 * time.Second
+)
 
 // EnsureDefaults fills zero fields.
 func (c *Config) EnsureDefaults() {
@@ -63,6 +96,12 @@ func (c *Config) EnsureDefaults() {
 	if c.MaxQueryBuffer == 0 {
 		c.MaxQueryBuffer = defaultMaxQueryBytes
 	}
+	if c.OutputHard == 0 {
+		c.OutputHard = DefaultOutputHard
+	}
+	if c.OutputSoft == 0 {
+		c.OutputSoft, c.OutputSoftFor = DefaultOutputSoft, DefaultOutputSoftFor
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -76,6 +115,15 @@ func (c *Config) Validate() error {
 	if c.ProtoMaxBulkLen < 1 || c.MaxQueryBuffer < 1 {
 		return fmt.Errorf("resp: buffer limits must be positive")
 	}
+	if int64(c.MaxQueryBuffer) >= 1<<32 {
+		return fmt.Errorf("resp: the query buffer limit must be below 4 GiB")
+	}
+	if c.OutputSoft > 0 && c.OutputSoftFor <= 0 {
+		return fmt.Errorf("resp: the soft output limit needs a positive duration")
+	}
+	if c.IdleTimeout < 0 {
+		return fmt.Errorf("resp: the idle timeout must not be negative")
+	}
 	return nil
 }
 
@@ -86,15 +134,25 @@ type Server struct {
 	cfg  Config
 	exec *commands.Server
 
-	eng     gnet.Engine
+	ln      net.Listener
+	cli     *gnet.Client
 	addr    net.Addr
-	booted  chan struct{}
-	stopped chan struct{}
-	runErr  error // why the engine stopped; read after stopped is closed
+	stopped chan struct{} // closed when the accept loop has returned
+	runErr  error         // why it returned; read after stopped is closed
+	spare   *os.File      // a descriptor given up to refuse a client when none are left
 
 	nconns   atomic.Int64
 	detached sync.WaitGroup // Slow pipelines running off the loops
 	closing  atomic.Bool
+
+	// now is a coarse clock (Unix seconds), as Redis's server.unixtime:
+	// the loops stamp each read with it instead of reading the time.
+	now atomic.Int64
+
+	connsMu sync.Mutex
+	conns   map[*conn]gnet.Conn // every open connection, for the sweeper
+	sweep   chan struct{}       // closed to stop the sweeper
+	freeing atomic.Bool         // a FreeOSMemory is running
 }
 
 // New returns a server that runs commands on exec.
@@ -103,86 +161,132 @@ func New(cfg Config, exec *commands.Server) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, exec: exec, booted: make(chan struct{}), stopped: make(chan struct{})}, nil
+	s := &Server{cfg: cfg, exec: exec, stopped: make(chan struct{}), conns: map[*conn]gnet.Conn{}, sweep: make(chan struct{})}
+	s.now.Store(time.Now().Unix())
+	return s, nil
 }
 
 // Listen binds the listen address and starts the event loops; connections
 // are served from then on. Addr reports the bound address.
 func (s *Server) Listen() error {
-	// gnet reports a taken port as a setsockopt error; probing first gives
-	// the usual "bind: address already in use".
-	probe, err := net.Listen("tcp", s.cfg.Addr)
+	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return err
 	}
-	_ = probe.Close()
-	go func() {
-		s.runErr = gnet.Run(s, "tcp://"+s.cfg.Addr,
-			// One loop per usable CPU (GOMAXPROCS follows cgroup limits).
-			gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)),
-			gnet.WithReuseAddr(true),
-			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
-			gnet.WithTCPKeepAlive(300*time.Second), // Redis's tcp-keepalive default
-			gnet.WithLogger(gnetLogger{s.cfg.Logger}))
-		close(s.stopped)
-	}()
-	select {
-	case <-s.booted:
-		return nil
-	case <-s.stopped:
-		if s.runErr == nil {
-			s.runErr = errors.New("server stopped while starting")
-		}
-		return fmt.Errorf("listen tcp %s: %w", s.cfg.Addr, s.runErr)
+	cli, err := gnet.NewClient(s,
+		// One loop per usable CPU (GOMAXPROCS follows cgroup limits).
+		gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithTCPKeepAlive(300*time.Second), // Redis's tcp-keepalive default
+		gnet.WithLogger(gnetLogger{s.cfg.Logger}))
+	if err == nil {
+		err = cli.Start()
 	}
-}
-
-// OnBoot records the engine and the bound address.
-func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
-	s.eng = eng
-	s.addr = boundAddr(eng, s.cfg.Addr)
-	close(s.booted)
-	return gnet.None
-}
-
-// boundAddr asks the kernel for the listener's address (the port may have
-// been 0), falling back to the configured one.
-func boundAddr(eng gnet.Engine, cfgAddr string) net.Addr {
-	fallback := func() net.Addr {
-		a, err := net.ResolveTCPAddr("tcp", cfgAddr)
-		if err != nil {
-			return &net.TCPAddr{}
-		}
-		return a
-	}
-	fd, err := eng.Dup()
 	if err != nil {
-		return fallback()
+		_ = ln.Close()
+		return fmt.Errorf("resp: starting the event loops: %w", err)
 	}
-	defer syscall.Close(fd)
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		return fallback()
-	}
-	switch a := sa.(type) {
-	case *syscall.SockaddrInet4:
-		return &net.TCPAddr{IP: net.IP(a.Addr[:]).To16(), Port: a.Port}
-	case *syscall.SockaddrInet6:
-		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
-	}
-	return fallback()
+	s.ln, s.cli, s.addr = ln, cli, ln.Addr()
+	s.spare, _ = os.Open(os.DevNull) // best effort: without it a refusal is a silent close
+	go s.acceptLoop()
+	go s.sweeper()
+	return nil
 }
 
 // Addr is the bound address (after Listen).
 func (s *Server) Addr() net.Addr { return s.addr }
 
-// Serve blocks until the server stops. It returns nil after Shutdown.
+// Serve blocks until the server stops. It returns nil after Shutdown, and
+// otherwise why it stopped.
 func (s *Server) Serve() error {
 	<-s.stopped
 	if s.closing.Load() {
 		return nil
 	}
+	if s.runErr == nil {
+		return errors.New("resp: the accept loop stopped")
+	}
 	return s.runErr
+}
+
+// acceptLoop accepts connections and hands each to an event loop until the
+// listener is closed. An accept error (out of file descriptors, out of
+// memory) never stops it: it logs once per failing spell, refuses the
+// waiting client with Redis's max-clients error if it can, and retries with
+// a back-off that keeps a full descriptor table from spinning a core.
+func (s *Server) acceptLoop() {
+	defer close(s.stopped)
+	var (
+		fails int
+		delay time.Duration
+	)
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if fails == 0 {
+				s.cfg.Logger.Error("accepting a connection failed; the server keeps running and retries", "err", err)
+			}
+			fails++
+			if !s.refuseOne() {
+				if delay == 0 {
+					delay = 5 * time.Millisecond
+				} else if delay *= 2; delay > time.Second {
+					delay = time.Second
+				}
+				time.Sleep(delay)
+			}
+			continue
+		}
+		if fails > 0 {
+			s.cfg.Logger.Info("accepting connections again", "failed_accepts", fails)
+			fails, delay = 0, 0
+		}
+		// Enroll duplicates the descriptor for the loop and closes nc: the
+		// spare makes room for the duplicate, and takes nc's place after.
+		if s.spare != nil {
+			_ = s.spare.Close()
+		}
+		_, err = s.cli.Enroll(nc)
+		s.spare, _ = os.Open(os.DevNull)
+		if err != nil && !s.closing.Load() {
+			s.exec.RejectConnection()
+			s.cfg.Logger.Warn("could not hand a connection to an event loop; closed it", "addr", nc.RemoteAddr().String(), "err", err)
+		}
+	}
+}
+
+// refuseOne frees the spare descriptor to accept one waiting client and
+// tell it "max number of clients reached" (the kernel would otherwise keep
+// it waiting, and the listener keep reporting the error), then takes the
+// spare back. It reports whether a client was refused.
+func (s *Server) refuseOne() bool {
+	if s.spare == nil {
+		if s.spare, _ = os.Open(os.DevNull); s.spare == nil {
+			return false
+		}
+	}
+	_ = s.spare.Close()
+	s.spare = nil
+	defer func() { s.spare, _ = os.Open(os.DevNull) }()
+	tl, ok := s.ln.(*net.TCPListener)
+	if !ok {
+		return false
+	}
+	// Without a deadline Accept would wait for the next client.
+	_ = tl.SetDeadline(time.Now().Add(time.Millisecond))
+	defer tl.SetDeadline(time.Time{})
+	nc, err := tl.Accept()
+	if err != nil {
+		return false
+	}
+	s.exec.RejectConnection()
+	_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = nc.Write(errMaxClients)
+	_ = nc.Close()
+	return true
 }
 
 // Shutdown stops accepting, lets every event loop finish the pipeline it is
@@ -192,37 +296,48 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	select {
-	case <-s.booted:
-	default:
+	if s.ln == nil {
 		return nil // never started
 	}
-	err := s.eng.Stop(ctx)
-	done := make(chan struct{})
+	close(s.sweep)
+	_ = s.ln.Close()
+	done := make(chan error, 1)
 	go func() {
 		<-s.stopped
+		err := s.cli.Stop()
 		s.detached.Wait()
-		close(done)
+		if s.spare != nil {
+			_ = s.spare.Close()
+		}
+		done <- err
 	}()
 	select {
-	case <-done:
+	case err := <-done:
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return err
 }
 
-// conn is one client connection's state, used only by its event loop.
+// conn is one client connection's state, used only by its event loop
+// (lastIO and softSince are also read by the sweeper).
 type conn struct {
 	cl   *commands.Client
 	p    parser
 	buf  []byte // an unfinished request carried over between reads
 	out  commands.Out
 	cmds [][][]byte
+	segs [][]byte // the replies' pieces, for a write with references
 	// busy: a Slow pipeline runs on its own goroutine (see detach); what
 	// the client sends meanwhile waits in buf. closed: the connection
 	// closed while busy, so the goroutine's completion releases the client.
 	busy, closed bool
+	// lastIO: Server.now at the last read. softSince: Server.now when the
+	// waiting replies went above OutputSoft (0: they are not).
+	lastIO, softSince atomic.Int64
+	// peak is the largest buffer this connection held, to give memory back
+	// to the OS when a big one leaves.
+	peak int
 }
 
 var errMaxClients = []byte("-ERR max number of clients reached\r\n")
@@ -241,7 +356,11 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		cl: s.exec.NewClient(gc.RemoteAddr(), gc.LocalAddr()),
 		p:  parser{protoMaxBulk: s.cfg.ProtoMaxBulkLen},
 	}
+	c.lastIO.Store(s.now.Load())
 	gc.SetContext(c)
+	s.connsMu.Lock()
+	s.conns[c] = gc
+	s.connsMu.Unlock()
 	return nil, gnet.None
 }
 
@@ -249,14 +368,42 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 func (s *Server) OnClose(gc gnet.Conn, _ error) gnet.Action {
 	s.nconns.Add(-1)
 	if c, ok := gc.Context().(*conn); ok {
+		s.connsMu.Lock()
+		delete(s.conns, c)
+		s.connsMu.Unlock()
 		if c.busy {
 			c.closed = true // detach's completion releases the client
 		} else {
 			c.cl.Close()
 		}
 		gc.SetContext(nil)
+		if max(c.peak, gc.OutboundBuffered()) >= bigBuffer {
+			s.giveBackMemory()
+		}
 	}
 	return gnet.None
+}
+
+// bigBuffer is the buffer size from which a leaving client's memory is
+// handed back to the OS at once rather than when the runtime gets to it.
+const bigBuffer = 32 << 20
+
+// giveBackMemory returns freed memory to the OS in the background, one run
+// at a time: after a client with a huge buffer leaves, the process should
+// shrink as Redis's does, not wait minutes for the scavenger.
+func (s *Server) giveBackMemory() {
+	if !s.freeing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.freeing.Store(false)
+		// The loop releases the connection's buffers after OnClose returns,
+		// into gnet's sync.Pools, which keep them until the second
+		// collection after: one GC, then FreeOSMemory's.
+		time.Sleep(100 * time.Millisecond)
+		runtime.GC()
+		debug.FreeOSMemory()
+	}()
 }
 
 // OnTraffic runs every whole command the connection has sent.
@@ -270,6 +417,10 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 	if err != nil {
 		return gnet.Close
 	}
+	if len(data) == 0 {
+		return gnet.None
+	}
+	c.lastIO.Store(s.now.Load())
 	s.exec.CountNet(len(data), 0)
 	// Parse in place when nothing is carried over (the common case);
 	// otherwise append to the unfinished request first.
@@ -277,7 +428,7 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 		if s.overQueryBuffer(c, len(c.buf)+len(data)) {
 			return gnet.Close
 		}
-		c.buf = append(c.buf, data...)
+		c.buf = s.keep(c, c.buf, data)
 		if c.busy {
 			return gnet.None
 		}
@@ -286,13 +437,42 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 	return s.consume(gc, c, data)
 }
 
+// keep appends data to buf. When the unfinished request at buf's start has
+// told the parser how long it is, buf grows once to that length instead of
+// step by step: a 100 MB argument then costs 100 MB, not the sum of every
+// smaller buffer it grew through.
+func (s *Server) keep(c *conn, buf, data []byte) []byte {
+	want := len(buf) + len(data)
+	exact := false
+	if part, need := c.p.pending(); part && need > want && need <= s.cfg.MaxQueryBuffer {
+		// Room for the short arguments that usually follow a long one.
+		want, exact = need+initialReadBuffer, true
+	}
+	if want > cap(buf) {
+		grown := 2 * cap(buf)
+		if cap(buf) >= 4<<20 {
+			grown = cap(buf) + cap(buf)/4 // a big buffer grows by less than its size
+		}
+		if exact {
+			grown = 0
+		}
+		nb := make([]byte, len(buf), max(want, grown, initialReadBuffer))
+		copy(nb, buf)
+		buf = nb
+	}
+	buf = append(buf, data...)
+	c.peak = max(c.peak, cap(buf))
+	return buf
+}
+
 // overQueryBuffer reports (and logs) that a connection would buffer more
 // than MaxQueryBuffer bytes of unfinished request.
 func (s *Server) overQueryBuffer(c *conn, n int) bool {
 	if n <= s.cfg.MaxQueryBuffer {
 		return false
 	}
-	s.cfg.Logger.Warn("closing client that reached max query buffer length", "addr", c.cl.Addr)
+	s.exec.CountQueryBufferLimit()
+	s.cfg.Logger.Warn("closing client that reached max query buffer length", "addr", c.cl.Addr, "bytes", n)
 	return true
 }
 
@@ -329,7 +509,7 @@ func (s *Server) consume(gc gnet.Conn, c *conn, data []byte) gnet.Action {
 		if s.overQueryBuffer(c, len(rest)) {
 			return gnet.Close
 		}
-		c.buf = append(c.buf[:0], rest...)
+		c.buf = s.keep(c, c.buf[:0], rest)
 	}
 	return gnet.None
 }
@@ -364,28 +544,219 @@ func (s *Server) process(gc gnet.Conn, c *conn, buf []byte) (int, bool) {
 				s.detach(gc, c, perr)
 				return start, true
 			}
-			s.exec.Exec(c.cl, c.cmds, &c.out)
+			ok := s.run(gc, c, c.cmds)
 			clear(c.cmds)
+			if cap(c.cmds) > maxKeptArgs {
+				c.cmds = nil
+			}
 			c.p.reset()
+			if !ok {
+				return start, false
+			}
 		}
 		if perr != nil {
 			c.out.WriteError("ERR " + perr.Error())
 		}
-		if len(c.out.B) > 0 {
-			// gnet keeps whatever the socket does not take at once.
-			if _, err := gc.Write(c.out.B); err != nil {
-				return start, false
-			}
-			s.exec.CountNet(0, len(c.out.B))
-			if cap(c.out.B) > maxKeptOutBuffer {
-				c.out.B = nil
-			} else {
-				c.out.B = c.out.B[:0]
-			}
+		if !s.flush(gc, c) {
+			return start, false
 		}
 		if perr != nil || c.cl.Closing() {
 			return start, false
 		}
+	}
+}
+
+// flushAt is the reply size from which a pipeline's replies are written
+// before the rest of it runs: a pipeline of small replies is written once,
+// and one of huge replies (COMMAND DOCS) holds about this much, not all.
+const flushAt = 1 << 20
+
+// run executes a pipeline, writing its replies once they pass flushAt.
+// false: the client went over its hard output limit and must be closed.
+func (s *Server) run(gc gnet.Conn, c *conn, cmds [][][]byte) bool {
+	for len(cmds) > 0 {
+		room := s.replyRoom(gc)
+		c.out.Limit = flushAt
+		if room > 0 && room < flushAt {
+			c.out.Limit = room
+		}
+		n := s.exec.Exec(c.cl, cmds, &c.out)
+		cmds = cmds[n:]
+		if room > 0 && c.out.Len() > room {
+			s.overOutput(c, int64(c.out.Len())+int64(gc.OutboundBuffered()))
+			c.out.Reset(0)
+			return false
+		}
+		if len(cmds) == 0 || c.cl.Closing() {
+			return true
+		}
+		// The buffer is kept for the rest of the pipeline.
+		if !s.flushKeep(gc, c, 2*flushAt) {
+			return false
+		}
+	}
+	return true
+}
+
+// flush writes the replies built so far (gnet keeps whatever the socket
+// does not take at once). false: the connection must be closed.
+func (s *Server) flush(gc gnet.Conn, c *conn) bool {
+	return s.flushKeep(gc, c, maxKeptOutBuffer)
+}
+
+// flushKeep is flush, keeping a reply buffer of up to keep bytes.
+func (s *Server) flushKeep(gc gnet.Conn, c *conn, keep int) bool {
+	n := c.out.Len()
+	if n == 0 {
+		return true
+	}
+	var err error
+	if c.out.Refs() || n > writePiece {
+		c.segs = pieces(c.out.Segments(c.segs[:0]))
+		_, err = gc.Writev(c.segs)
+		clear(c.segs)
+	} else {
+		_, err = gc.Write(c.out.B)
+	}
+	if err != nil {
+		return false
+	}
+	s.exec.CountNet(0, n)
+	c.peak = max(c.peak, cap(c.out.B))
+	c.out.Reset(keep)
+	return s.outputOK(gc, c)
+}
+
+// writePiece is the size large replies are cut to before gnet copies what
+// the socket does not take: gnet's buffers are powers of two, so a 1 MiB
+// piece costs 1 MiB, where a piece of 1 MiB and a little would cost 2.
+const writePiece = 1 << 20
+
+// pieces cuts segs in place into pieces of at most writePiece bytes (a
+// larger power of two for replies near 1 GiB: one writev takes at most
+// IOV_MAX, 1024, pieces), the first ones of each segment exactly that.
+func pieces(segs [][]byte) [][]byte {
+	n, total := len(segs), 0
+	for _, b := range segs {
+		total += len(b)
+	}
+	piece := writePiece
+	for total/piece+n > 1000 {
+		piece *= 2
+	}
+	for i := 0; i < n; i++ {
+		for b := segs[i]; len(b) > 0; {
+			k := min(len(b), piece)
+			segs = append(segs, b[:k])
+			b = b[k:]
+		}
+	}
+	out := segs[:copy(segs, segs[n:])]
+	clear(segs[len(out):])
+	return out
+}
+
+// replyRoom is how many reply bytes a pipeline may build before the client
+// is over its hard output limit (0: no limit).
+func (s *Server) replyRoom(gc gnet.Conn) int {
+	if s.cfg.OutputHard <= 0 {
+		return 0
+	}
+	return max(int(s.cfg.OutputHard)-gc.OutboundBuffered(), 1)
+}
+
+// outputOK checks the replies waiting for the client's socket against the
+// output limits; on the event loop. false: the client must be closed.
+func (s *Server) outputOK(gc gnet.Conn, c *conn) bool {
+	waiting := int64(gc.OutboundBuffered())
+	c.peak = max(c.peak, int(waiting))
+	if s.cfg.OutputHard > 0 && waiting > s.cfg.OutputHard {
+		s.overOutput(c, waiting)
+		return false
+	}
+	if s.cfg.OutputSoft <= 0 || waiting <= s.cfg.OutputSoft {
+		c.softSince.Store(0)
+		return true
+	}
+	now := s.now.Load()
+	since := c.softSince.Load()
+	if since == 0 {
+		c.softSince.Store(now)
+		return true
+	}
+	if time.Duration(now-since)*time.Second >= s.cfg.OutputSoftFor {
+		s.overOutput(c, waiting)
+		return false
+	}
+	return true
+}
+
+// overOutput counts and logs a client closed for its output buffer, in
+// Redis's words.
+func (s *Server) overOutput(c *conn, n int64) {
+	s.exec.CountOutputBufferLimit()
+	s.cfg.Logger.Warn("Client scheduled to be closed ASAP for overcoming of output buffer limits.", "id", c.cl.ID, "addr", c.cl.Addr, "bytes", n)
+}
+
+// sweeper is Redis's clientsCron for what needs a clock: it keeps the
+// coarse clock, closes clients idle past IdleTimeout, and those whose
+// replies stayed above the soft output limit even though they stopped
+// sending. It looks at atomics only; a candidate is checked again, and
+// closed, on its own event loop.
+func (s *Server) sweeper() {
+	tk := time.NewTicker(100 * time.Millisecond)
+	defer tk.Stop()
+	var round int
+	var cands []gnet.Conn
+	for {
+		select {
+		case <-s.sweep:
+			return
+		case t := <-tk.C:
+			s.now.Store(t.Unix())
+		}
+		if round++; round%10 != 0 || (s.cfg.IdleTimeout <= 0 && s.cfg.OutputSoft <= 0) {
+			continue
+		}
+		now := s.now.Load()
+		cands = cands[:0]
+		s.connsMu.Lock()
+		for c, gc := range s.conns {
+			if s.idle(c, now) || c.softSince.Load() != 0 {
+				cands = append(cands, gc)
+			}
+		}
+		s.connsMu.Unlock()
+		for _, gc := range cands {
+			_ = gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				s.recheck(gc)
+				return nil
+			}))
+		}
+		clear(cands)
+	}
+}
+
+// idle reports whether c sent nothing for IdleTimeout.
+func (s *Server) idle(c *conn, now int64) bool {
+	return s.cfg.IdleTimeout > 0 && time.Duration(now-c.lastIO.Load())*time.Second > s.cfg.IdleTimeout
+}
+
+// recheck closes gc if it is still idle or over its soft output limit; on
+// gc's event loop.
+func (s *Server) recheck(gc gnet.Conn) {
+	c, ok := gc.Context().(*conn)
+	if !ok || c.busy {
+		return // closed meanwhile, or waiting for a command it sent
+	}
+	if s.idle(c, s.now.Load()) {
+		s.exec.CountIdleTimeout()
+		s.cfg.Logger.Debug("closing idle client", "id", c.cl.ID, "addr", c.cl.Addr)
+		_ = gc.Close()
+		return
+	}
+	if c.softSince.Load() != 0 && !s.outputOK(gc, c) {
+		_ = gc.Close()
 	}
 }
 
@@ -405,10 +776,11 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 	clear(c.cmds)
 	c.p.reset()
 	c.busy = true
+	room := s.replyRoom(gc)
 	s.detached.Add(1)
 	go func() {
 		defer s.detached.Done()
-		var out commands.Out
+		out := commands.Out{Limit: room}
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
@@ -417,12 +789,15 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 			}()
 			s.exec.Exec(c.cl, cmds, &out)
 		}()
-		if perr != nil {
+		over := out.Exceeded()
+		if over {
+			out.Reset(0)
+		} else if perr != nil {
 			out.WriteError("ERR " + perr.Error())
 		}
-		quit := perr != nil || c.cl.Closing()
-		n := len(out.B)
-		err := gc.AsyncWrite(out.B, func(gc gnet.Conn, werr error) error {
+		quit := over || perr != nil || c.cl.Closing()
+		n := out.Len()
+		err := gc.AsyncWritev(out.Segments(nil), func(gc gnet.Conn, werr error) error {
 			// On the event loop again.
 			c.busy = false
 			if c.closed {
@@ -430,7 +805,10 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 				return nil
 			}
 			s.exec.CountNet(0, n)
-			if werr != nil || quit {
+			if over {
+				s.overOutput(c, int64(room))
+			}
+			if werr != nil || quit || !s.outputOK(gc, c) {
 				return gc.Close()
 			}
 			if len(c.buf) > 0 && s.resume(gc, c) == gnet.Close {

@@ -99,6 +99,10 @@ const (
 	setSize = 40
 )
 
+// MaxOpenFiles caps the files Pebble keeps open (its default is 1000): the
+// server counts them in the descriptors it keeps back from clients.
+const MaxOpenFiles = 256
+
 // snapMinBytes is the least log that starts a snapshot round (tests lower it).
 var snapMinBytes int64 = 16 << 20
 
@@ -307,6 +311,7 @@ func openDB(dir string, fs vfs.FS, memTable uint64, log *slog.Logger) (*pebble.D
 		L0CompactionThreshold:     16,
 		L0CompactionFileThreshold: 1000,
 		L0StopWritesThreshold:     64,
+		MaxOpenFiles:              MaxOpenFiles,
 	}
 	// Records are mostly binary state and random keys: snappy would cost
 	// flush and compaction CPU for little space.

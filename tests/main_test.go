@@ -152,11 +152,18 @@ func hasFlag(args []string, flag string) bool {
 }
 
 func tryStartServer(t testing.TB, bindHost string, extraArgs []string) (*server, error) {
+	return tryStartServerVia(t, nil, bindHost, extraArgs)
+}
+
+// tryStartServerVia is tryStartServer run through a wrapper command that
+// execs the server (e.g. prlimit), so that the process is still the server.
+func tryStartServerVia(t testing.TB, wrap []string, bindHost string, extraArgs []string) (*server, error) {
 	port := freePort(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s := &server{t: t, Addr: addr, Port: port, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	args := append([]string{"--addr", net.JoinHostPort(bindHost, strconv.Itoa(port))}, extraArgs...)
-	s.cmd = exec.Command(binPath, args...)
+	argv := append(append(append([]string(nil), wrap...), binPath), args...)
+	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Stderr = s.stderr
 	s.cmd.Stdout = s.stderr
 	if err := s.cmd.Start(); err != nil {

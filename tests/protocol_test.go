@@ -164,11 +164,22 @@ func TestProtocolLargeArgument(t *testing.T) {
 	want := append(fmt.Appendf(nil, "$%d\r\n", len(big)), big...)
 	want = append(want, "\r\n"...)
 	require.True(t, bytes.Equal(want, got), "20 MiB ECHO: got %d bytes, want %d", len(got), len(want))
-	// A 1 MiB key works too, and the connection is still fine.
-	key := string(big[:1<<20])
+	// A key of --max-key-bytes (64 KiB by default) works; a longer one is
+	// refused by every keyed command, and the connection is still fine.
+	key := string(big[:64<<10])
 	require.Equal(t, "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:60\r\n", string(c.DoArgs("CL.THROTTLE", key, "1", "1", "60")))
 	require.Equal(t, ":1\r\n", string(c.DoArgs("EXISTS", key)))
+	long := string(big[:64<<10+1])
+	tooLong := "-ERR key exceeds maximum allowed size (max-key-bytes)\r\n"
+	require.Equal(t, tooLong, string(c.DoArgs("CL.THROTTLE", long, "1", "1", "60")))
+	require.Equal(t, tooLong, string(c.DoArgs("EXISTS", "a", long)))
+	require.Equal(t, tooLong, string(c.DoArgs("DEL", long)))
 	require.Equal(t, "+PONG\r\n", string(c.DoArgs("PING")))
+
+	// --max-key-bytes 0 lifts the limit.
+	s2 := startServer(t, "--max-key-bytes", "0")
+	c2 := s2.Raw(t)
+	require.Equal(t, "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:60\r\n", string(c2.DoArgs("CL.THROTTLE", string(big[:1<<20]), "1", "1", "60")))
 }
 
 // TestProtocolInlineBinaryKey: an inline \xHH key is the same key as the

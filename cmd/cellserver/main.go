@@ -36,6 +36,12 @@ type Config struct {
 	Shards      int    // shard owner goroutines
 	EnableDebug string // no | yes | local
 	MaxClients  int
+	MaxKeyBytes int           // longest key accepted; 0: no limit
+	IdleTimeout time.Duration // close clients idle this long; 0: never
+	// Output buffer limits of a client (Redis's client-output-buffer-limit
+	// for normal clients); 0: none.
+	OutputHard, OutputSoft int64
+	OutputSoftFor          time.Duration
 
 	DataDir    string      // Pebble directory for limiter state
 	InMemory   bool        // no persistence at all
@@ -57,7 +63,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Threads, "threads", 0, "CPUs to run Go code on at once (GOMAXPROCS); event loops and the default number of shards follow it (default: every CPU available, cgroup limits included)")
 	fs.IntVar(&c.Shards, "shards", 0, "number of keyspace shards, each owned by one goroutine (default: --threads)")
 	fs.StringVar(&c.EnableDebug, "enable-debug-command", "no", "allow DEBUG (e.g. DEBUG CLOCK): no, yes, or local (loopback clients only)")
-	fs.IntVar(&c.MaxClients, "maxclients", 10000, "maximum simultaneous client connections")
+	fs.IntVar(&c.MaxClients, "maxclients", 10000, "maximum simultaneous client connections (lowered at start to what the open-files limit allows)")
+	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", commands.DefaultMaxKeyBytes, "longest key in bytes a command accepts (0: no limit)")
+	timeout := fs.Int("timeout", 0, "close a client after it sent nothing for this many `seconds` (0: never)")
+	obl := fs.String("client-output-buffer-limit", "256mb 64mb 60", "`hard soft seconds`: disconnect a client whose unread replies pass hard, or stay above soft for that many seconds (0: no limit), as Redis's client-output-buffer-limit for normal clients")
 	fs.StringVar(&c.DataDir, "data-dir", "cellserver-data", "`directory` where limiter state persists (Pebble)")
 	fs.BoolVar(&c.InMemory, "in-memory", false, "keep state in memory only: nothing is written to disk")
 	fsync := fs.String("fsync", "everysec", "durability: always (reply after sync), everysec (lose at most ~1 s on a crash), or no (the OS decides)")
@@ -84,7 +93,20 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 			c.Shards = runtime.GOMAXPROCS(0)
 		}
 	}
+	if c.MaxClients < 1 {
+		return c, fmt.Errorf("--maxclients must be at least 1, got %d", c.MaxClients)
+	}
+	if c.MaxKeyBytes < 0 {
+		return c, fmt.Errorf("--max-key-bytes must not be negative, got %d", c.MaxKeyBytes)
+	}
+	if *timeout < 0 {
+		return c, fmt.Errorf("--timeout must not be negative, got %d", *timeout)
+	}
+	c.IdleTimeout = time.Duration(*timeout) * time.Second
 	var err error
+	if c.OutputHard, c.OutputSoft, c.OutputSoftFor, err = parseOutputLimit(*obl); err != nil {
+		return c, fmt.Errorf("--client-output-buffer-limit: %v", err)
+	}
 	if c.Fsync, err = store.ParseFsync(*fsync); err != nil {
 		return c, fmt.Errorf("--fsync must be always, everysec or no, got %q", *fsync)
 	}
@@ -145,6 +167,14 @@ func run(cfg Config) error {
 		defer close(stopGC)
 		go tuneGC(stopGC)
 	}
+	reserve := fdReserve
+	if !cfg.InMemory {
+		reserve += store.MaxOpenFiles
+	}
+	maxClients, err := fitMaxClients(cfg.MaxClients, reserve, log)
+	if err != nil {
+		return err
+	}
 	scfg := store.Config{Shards: cfg.Shards, Logger: log}
 	if !cfg.InMemory {
 		scfg.DataDir = cfg.DataDir
@@ -170,14 +200,28 @@ func run(cfg Config) error {
 		EnableDebug: cfg.EnableDebug,
 		Addr:        cfg.Addr,
 		Logger:      log,
-		Params:      map[string]string{"maxclients": strconv.Itoa(cfg.MaxClients)},
+		Params: map[string]string{
+			"maxclients": strconv.Itoa(maxClients),
+			"timeout":    strconv.Itoa(int(cfg.IdleTimeout / time.Second)),
+			"client-output-buffer-limit": fmt.Sprintf("normal %d %d %d", cfg.OutputHard, cfg.OutputSoft,
+				int(cfg.OutputSoftFor/time.Second)),
+		},
 		Cluster:     cc,
+		MaxKeyBytes: noLimit(cfg.MaxKeyBytes),
 	}, st)
 	if err != nil {
 		return err
 	}
 	defer exec.Close()
-	srv, err := resp.New(resp.Config{Addr: cfg.Addr, MaxClients: cfg.MaxClients, Logger: log}, exec)
+	srv, err := resp.New(resp.Config{
+		Addr:          cfg.Addr,
+		MaxClients:    maxClients,
+		OutputHard:    int64(noLimit(int(cfg.OutputHard))),
+		OutputSoft:    int64(noLimit(int(cfg.OutputSoft))),
+		OutputSoftFor: cfg.OutputSoftFor,
+		IdleTimeout:   cfg.IdleTimeout,
+		Logger:        log,
+	}, exec)
 	if err != nil {
 		return err
 	}
@@ -188,7 +232,7 @@ func run(cfg Config) error {
 	if !cfg.InMemory {
 		persistence = cfg.DataDir + " fsync=" + cfg.Fsync.String()
 	}
-	log.Info("cellserver listening", "addr", srv.Addr().String(), "threads", runtime.GOMAXPROCS(0), "shards", st.NumShards(), "persistence", persistence, "version", commands.Version)
+	log.Info("cellserver listening", "addr", srv.Addr().String(), "threads", runtime.GOMAXPROCS(0), "shards", st.NumShards(), "persistence", persistence, "maxclients", maxClients, "version", commands.Version)
 
 	if cfg.PprofAddr != "" {
 		go func() {
@@ -205,7 +249,7 @@ func run(cfg Config) error {
 	go func() { served <- srv.Serve() }()
 	select {
 	case err := <-served:
-		return err
+		return fmt.Errorf("serving stopped: %w", err)
 	case s := <-sig:
 		log.Info("shutting down", "signal", s.String())
 	}
