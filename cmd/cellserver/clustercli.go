@@ -58,7 +58,7 @@ func clusterInit(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cellserver cluster init", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "", "comma-separated `host:port` addresses the nodes announce to clients")
-	epoch := fs.Uint64("epoch", 1, "topology epoch (version); each push must carry a higher one")
+	epoch := fs.Uint64("epoch", 1, "topology epoch (version), at most 2^53-1; each push must carry a higher one")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver cluster init --nodes host:port,host:port,... [--epoch N]\n\n"+
 			"Prints a topology document (JSON) with one shard per node and the slots split evenly.\n\nFlags:\n")

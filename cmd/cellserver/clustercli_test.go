@@ -78,6 +78,7 @@ func TestClusterUsageErrors(t *testing.T) {
 		{"init bad port", []string{"init", "--nodes", "h:99999"}, 2, "port must be a number in 1..65535"},
 		{"init epoch zero", []string{"init", "--nodes", "h:1", "--epoch", "0"}, 2, "epoch must be at least 1"},
 		{"init epoch negative", []string{"init", "--nodes", "h:1", "--epoch", "-1"}, 2, "invalid value"},
+		{"init epoch above 2^53-1", []string{"init", "--nodes", "h:1", "--epoch", "9007199254740992"}, 2, "epoch must be at most 9007199254740991 (2^53-1)"},
 		{"init extra argument", []string{"init", "--nodes", "h:1", "extra"}, 2, `unexpected argument "extra"`},
 		{"init unknown flag", []string{"init", "--replicas", "1"}, 2, "flag provided but not defined: -replicas"},
 		{"init -h", []string{"init", "-h"}, 0, "Usage: cellserver cluster init"},
