@@ -520,9 +520,17 @@ func (s *Server) transfer(t *cluster.Topology, entries []store.Entry) {
 	}
 }
 
+// pushState sends list to the node at addr with CLUSTER IMPORTSTATE, an
+// admin command: it logs in as admin when an admin password is set (every
+// node of a cluster shares it), else as the default user, which the peer
+// accepts only over loopback.
 func (s *Server) pushState(addr string, list []store.Entry) error {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: s.cfg.RequirePass, Protocol: 2,
-		DisableIdentity: true, MaxRetries: 3, DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, PoolSize: 1})
+	opt := &redis.Options{Addr: addr, Password: s.cfg.RequirePass, Protocol: 2,
+		DisableIdentity: true, MaxRetries: 3, DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, PoolSize: 1}
+	if s.cfg.AdminPassword != "" {
+		opt.Username, opt.Password = UserAdmin, s.cfg.AdminPassword
+	}
+	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

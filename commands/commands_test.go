@@ -35,6 +35,13 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	return &harness{t: t, srv: srv, c: srv.NewClient(remote, remote)}
 }
 
+// remote makes h talk through a new client connected from a non-loopback
+// address.
+func (h *harness) remote() {
+	a := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5555}
+	h.c = h.srv.NewClient(a, a)
+}
+
 // do runs one pipeline and returns the raw reply bytes.
 func (h *harness) do(cmds ...[]string) string {
 	var argvs [][][]byte
@@ -214,8 +221,7 @@ func TestDebugClock(t *testing.T) {
 	assert.Equal(t, "+OK\r\n", h.cmd("DEBUG", "CLOCK", "REAL"))
 	assert.False(t, h.srv.clock.Frozen())
 
-	remote := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5555}
-	h.c = h.srv.NewClient(remote, remote)
+	h.remote()
 	assert.Equal(t, "-"+ErrDebugNotAllowed+"\r\n", h.cmd("DEBUG", "CLOCK", "REAL"))
 }
 

@@ -72,13 +72,50 @@ func selectCmd(_ *Client, w *Out, args [][]byte) {
 	w.WriteOK()
 }
 
-// checkPassword reports whether user/pass are the default user's.
-func (c *Client) checkPassword(user, pass []byte) bool {
-	want := c.srv.cfg.RequirePass
-	if want == "" {
-		return string(user) == "default"
+// The users: the default user (password --requirepass; without one every
+// connection starts as it, and any password fits, as Redis's nopass) and,
+// when --admin-password is set, admin, which may also run admin commands.
+const (
+	UserDefault = "default"
+	UserAdmin   = "admin"
+)
+
+// login makes the connection user if pass is that user's password, and
+// reports whether it was. A failed attempt leaves the connection's user as
+// it was, as in Redis.
+func (c *Client) login(user, pass []byte) bool {
+	cfg := &c.srv.cfg
+	ok, admin := false, false
+	switch string(user) {
+	case UserDefault:
+		ok = cfg.RequirePass == "" || subtle.ConstantTimeCompare(pass, []byte(cfg.RequirePass)) == 1
+	case UserAdmin:
+		ok = cfg.AdminPassword != "" && subtle.ConstantTimeCompare(pass, []byte(cfg.AdminPassword)) == 1
+		admin = ok
 	}
-	return string(user) == "default" && subtle.ConstantTimeCompare(pass, []byte(want)) == 1
+	if !ok {
+		return false
+	}
+	c.admin.Store(admin)
+	c.authed.Store(true)
+	return true
+}
+
+// isAdmin reports whether the client may run admin commands: it logged in
+// as admin, or no admin password is set and it is a loopback client.
+func (c *Client) isAdmin() bool {
+	if c.srv.cfg.AdminPassword == "" {
+		return c.local
+	}
+	return c.admin.Load()
+}
+
+// user is the name of the connection's user.
+func (c *Client) user() string {
+	if c.admin.Load() {
+		return UserAdmin
+	}
+	return UserDefault
 }
 
 // AUTH [username] password
@@ -87,18 +124,17 @@ func authCmd(c *Client, w *Out, args [][]byte) {
 		w.WriteError(ErrSyntax)
 		return
 	}
-	user, pass := []byte("default"), args[1]
+	user, pass := []byte(UserDefault), args[1]
 	if len(args) == 3 {
 		user, pass = args[1], args[2]
 	} else if c.srv.cfg.RequirePass == "" {
 		w.WriteError(ErrAuthNoPassword)
 		return
 	}
-	if !c.checkPassword(user, pass) {
+	if !c.login(user, pass) {
 		w.WriteError(ErrWrongPass)
 		return
 	}
-	c.authed.Store(true)
 	w.WriteOK()
 }
 
@@ -132,12 +168,9 @@ func helloCmd(c *Client, w *Out, args [][]byte) {
 			return
 		}
 	}
-	if user != nil {
-		if !c.checkPassword(user, pass) {
-			w.WriteError(ErrWrongPass)
-			return
-		}
-		c.authed.Store(true)
+	if user != nil && !c.login(user, pass) {
+		w.WriteError(ErrWrongPass)
+		return
 	}
 	if !c.authed.Load() {
 		w.WriteError(ErrHelloNoAuth)
@@ -319,6 +352,6 @@ func (c *Client) infoLine() string {
 		cmd = lc.Name
 	}
 	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s",
-		c.ID, c.Addr, c.LAddr, name, int64(now.Sub(c.created).Seconds()), idle, cmd, lib, ver)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=2 lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, name, int64(now.Sub(c.created).Seconds()), idle, cmd, c.user(), lib, ver)
 }

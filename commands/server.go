@@ -10,6 +10,7 @@ package commands
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -34,6 +35,13 @@ const RedisVersion = "7.2.0"
 type Config struct {
 	// RequirePass, if set, is the password of the default user (AUTH).
 	RequirePass string
+	// AdminPassword, if set, is the password of the user "admin" (AUTH
+	// admin <password>), the only one that may run admin commands (those
+	// flagged "admin": CLUSTER SETTOPOLOGY, CLUSTER IMPORTSTATE, DEBUG);
+	// admin may run every other command too. If empty there is no admin
+	// user, and admin commands are accepted from loopback clients only.
+	// It must differ from RequirePass.
+	AdminPassword string
 	// EnableDebug is "no" (default), "yes" or "local" (loopback clients only),
 	// as Redis's enable-debug-command.
 	EnableDebug string
@@ -92,6 +100,7 @@ type serverStats struct {
 	hits, misses atomic.Int64
 	errorReplies atomic.Int64
 	moved        atomic.Int64
+	cmdDenied    atomic.Int64 // NOPERM replies (acl_access_denied_cmd)
 }
 
 // New returns a Server executing against st.
@@ -101,6 +110,9 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.AdminPassword != "" && cfg.AdminPassword == cfg.RequirePass {
+		return nil, errors.New("commands: the admin password must differ from the default user's (requirepass)")
 	}
 	s := &Server{
 		cfg:      cfg,
@@ -189,6 +201,7 @@ type Client struct {
 	libName string
 	libVer  string
 	authed  atomic.Bool
+	admin   atomic.Bool // authenticated as the admin user
 
 	sess  *store.Session
 	stats []cmdStat // per command id
@@ -406,8 +419,18 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.stat(cmd).failed.Add(1)
 		return
 	}
+	// Redis's order: a protected command, then AUTH, then ACL permissions.
+	if cmd.Protected && !s.debugAllowed(c) {
+		c.errSlot(ErrDebugNotAllowed)
+		return
+	}
 	if !cmd.NoAuth && !c.authed.Load() {
 		c.errSlot(ErrNoAuth)
+		return
+	}
+	if cmd.admin && !c.isAdmin() {
+		s.stats.cmdDenied.Add(1)
+		c.errSlot(noPerm(c.user(), cmd.Name))
 		return
 	}
 	if cmd.FirstKey > 0 && s.clusterOn() {

@@ -107,6 +107,7 @@ type fakeNode struct {
 	host     string
 	port     int
 	password string // if set, AUTH is required
+	admin    string // if set, AUTH admin <admin> also logs in
 	reply    func(c redcon.Conn)
 
 	mu       sync.Mutex
@@ -115,9 +116,15 @@ type fakeNode struct {
 
 func startFakeNode(t *testing.T, password string, reply func(c redcon.Conn)) *fakeNode {
 	t.Helper()
+	return startFake(t, &fakeNode{password: password, reply: reply})
+}
+
+// startFake serves f (password, admin and reply filled in).
+func startFake(t *testing.T, f *fakeNode) *fakeNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	f := &fakeNode{addr: ln.Addr().String(), password: password, reply: reply}
+	f.addr = ln.Addr().String()
 	h, p, _ := net.SplitHostPort(f.addr)
 	f.host = h
 	f.port, _ = strconv.Atoi(p)
@@ -139,7 +146,8 @@ func (f *fakeNode) handle(c redcon.Conn, cmd redcon.Command) {
 	case name == "HELLO": // like a server without RESP3: go-redis falls back
 		c.WriteError("ERR unknown command 'HELLO'")
 	case name == "AUTH":
-		if len(cmd.Args) == 2 && f.password != "" && string(cmd.Args[1]) == f.password {
+		if len(cmd.Args) == 2 && f.password != "" && string(cmd.Args[1]) == f.password ||
+			len(cmd.Args) == 3 && f.admin != "" && string(cmd.Args[1]) == "admin" && string(cmd.Args[2]) == f.admin {
 			c.SetContext(true)
 			c.WriteString("OK")
 		} else {
@@ -266,4 +274,22 @@ func TestClusterApplyPassword(t *testing.T) {
 	assert.True(t, strings.HasPrefix(stdout, prefix+" error: "), stdout)
 	assert.Contains(t, stdout, "WRONGPASS")
 	assert.Len(t, secured.got(), 1, "nothing reached the node without the right password")
+}
+
+// TestClusterApplyAdminPassword: --admin-password logs in as admin (AUTH
+// admin P), which a node requiring a password accepts in its place.
+func TestClusterApplyAdminPassword(t *testing.T) {
+	secured := startFake(t, &fakeNode{password: "sekret", admin: "adm", reply: replyOK})
+	path := writeTopology(t, 2, []cluster.Node{secured.node()})
+	prefix := secured.addr + " " + secured.node().ID
+
+	code, stdout, _ := runClusterCLI("apply", path, "--admin-password", "adm")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, prefix+" ok\n", stdout)
+	assert.Len(t, secured.got(), 1)
+
+	code, stdout, _ = runClusterCLI("apply", path, "--admin-password", "sekret", "--password", "sekret")
+	assert.Equal(t, 1, code, "the admin password is tried as admin's, not the default user's")
+	assert.Contains(t, stdout, prefix+" error: WRONGPASS")
+	assert.Len(t, secured.got(), 1)
 }
