@@ -3,6 +3,7 @@ package commands
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,4 +100,60 @@ func TestDebugRefusedBeforeAuth(t *testing.T) {
 	assert.Equal(t, "-"+ErrDebugNotAllowed+"\r\n", h.cmd("DEBUG", "CLOCK", "REAL"))
 	assert.Equal(t, "+OK\r\n", h.cmd("AUTH", "admin", "adm"))
 	assert.Equal(t, "-"+ErrDebugNotAllowed+"\r\n", h.cmd("DEBUG", "CLOCK", "REAL"))
+}
+
+// TestAuthDelay: each failed AUTH or HELLO AUTH on a connection pauses
+// twice as long as the one before, from 4 ms up to 1 s, whichever user it
+// tried; a success in between does not reset it; INFO counts them.
+func TestAuthDelay(t *testing.T) {
+	h := newHarness(t, Config{RequirePass: "pw", AdminPassword: "adm"})
+	fails := [][]string{
+		{"AUTH", "wrong"}, {"AUTH", "default", "wrong"}, {"AUTH", "admin", "wrong"}, {"HELLO", "2", "AUTH", "admin", "x"},
+		{"AUTH", "nobody", "pw"}, {"AUTH", "admin", "pw"}, {"AUTH", "wrong"}, {"AUTH", "wrong"},
+		{"AUTH", "wrong"}, {"AUTH", "wrong"}, {"HELLO", "2", "AUTH", "default", "adm"}, {"AUTH", "wrong"},
+	}
+	for i, args := range fails {
+		if i == 6 {
+			require.Equal(t, "+OK\r\n", h.cmd("AUTH", "pw"))
+		}
+		require.Equal(t, "-"+ErrWrongPass+"\r\n", h.cmd(args...), "%q", args)
+	}
+	ms := time.Millisecond
+	assert.Equal(t, []time.Duration{4 * ms, 8 * ms, 16 * ms, 32 * ms, 64 * ms, 128 * ms, 256 * ms, 512 * ms,
+		time.Second, time.Second, time.Second, time.Second}, h.slept)
+	assert.Equal(t, "12", h.infoField("acl_access_denied_auth"))
+	assert.Equal(t, time.Second, authDelay(1<<20))
+
+	// Another connection starts from 4 ms.
+	h.slept = nil
+	h.remote()
+	assert.Equal(t, "-"+ErrWrongPass+"\r\n", h.cmd("AUTH", "wrong"))
+	assert.Equal(t, []time.Duration{4 * ms}, h.slept)
+	assert.Equal(t, "+OK\r\n", h.cmd("AUTH", "pw"))
+	assert.Equal(t, "13", h.infoField("acl_access_denied_auth"))
+	assert.Equal(t, "+OK\r\n", h.cmd("CONFIG", "RESETSTAT"))
+	assert.Equal(t, "0", h.infoField("acl_access_denied_auth"))
+
+	// No password configured: AUTH <password> is a usage error, not a
+	// failed attempt.
+	h2 := newHarness(t, Config{})
+	assert.Equal(t, "-"+ErrAuthNoPassword+"\r\n", h2.cmd("AUTH", "x"))
+	assert.Empty(t, h2.slept)
+	assert.Equal(t, "0", h2.infoField("acl_access_denied_auth"))
+}
+
+// TestAuthAndHelloAreSlow: the wire layer runs them off the event loop, so
+// a pause there holds up no other connection; CL.THROTTLE stays on it.
+func TestAuthAndHelloAreSlow(t *testing.T) {
+	h := newHarness(t, Config{})
+	argv := func(args ...string) [][]byte {
+		var out [][]byte
+		for _, a := range args {
+			out = append(out, []byte(a))
+		}
+		return out
+	}
+	assert.True(t, h.srv.Slow([][][]byte{argv("auth", "x")}))
+	assert.True(t, h.srv.Slow([][][]byte{argv("PING"), argv("HELLO", "2", "AUTH", "a", "b")}))
+	assert.False(t, h.srv.Slow([][][]byte{argv("PING"), argv("CL.THROTTLE", "k", "1", "1", "1")}))
 }

@@ -19,10 +19,11 @@ func registerConnection(t Table) {
 			Summary: "Closes the connection.", Since: "1.0.0", Run: quitCmd},
 		&Command{Name: "select", Arity: 2, Flags: []string{"fast"}, Group: "connection",
 			Summary: "Changes the selected database (only 0 exists).", Since: "1.0.0", Run: selectCmd},
-		&Command{Name: "auth", Arity: -2, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
-			Summary: "Authenticates the connection.", Since: "1.0.0", Run: authCmd},
-		&Command{Name: "hello", Arity: -1, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
-			Summary: "Handshakes with the server (RESP2 only).", Since: "6.0.0", Run: helloCmd},
+		// AUTH and HELLO are Slow: a failed attempt pauses (authFailed).
+		slow(&Command{Name: "auth", Arity: -2, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
+			Summary: "Authenticates the connection.", Since: "1.0.0", Run: authCmd}),
+		slow(&Command{Name: "hello", Arity: -1, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
+			Summary: "Handshakes with the server (RESP2 only).", Since: "6.0.0", Run: helloCmd}),
 		&Command{Name: "client", Arity: -2, Group: "connection", Summary: "A container for client connection commands.", Since: "2.4.0",
 			Subcommands: []*Command{
 				{Name: "client|setname", Arity: 3, Flags: []string{"fast"}, Run: clientSetName, Summary: "Sets the connection name.", Since: "2.6.9"},
@@ -80,9 +81,17 @@ const (
 	UserAdmin   = "admin"
 )
 
+// Delays before answering a failed AUTH: authDelayBase after a
+// connection's first failure, doubling with each further one, at most
+// authDelayMax (so 4 ms, 8 ms, ... 512 ms, then 1 s each).
+const (
+	authDelayBase = 4 * time.Millisecond
+	authDelayMax  = time.Second
+)
+
 // login makes the connection user if pass is that user's password, and
-// reports whether it was. A failed attempt leaves the connection's user as
-// it was, as in Redis.
+// reports whether it was. A failed attempt is counted and paused
+// (authFailed) and leaves the connection's user as it was, as in Redis.
 func (c *Client) login(user, pass []byte) bool {
 	cfg := &c.srv.cfg
 	ok, admin := false, false
@@ -94,11 +103,32 @@ func (c *Client) login(user, pass []byte) bool {
 		admin = ok
 	}
 	if !ok {
+		c.authFailed()
 		return false
 	}
 	c.admin.Store(admin)
 	c.authed.Store(true)
 	return true
+}
+
+// authFailed counts a failed AUTH (or HELLO AUTH) for INFO and pauses
+// before the reply, per authDelay, so that one connection cannot try
+// passwords at full speed. AUTH and HELLO are Slow: the pause runs on the
+// connection's own goroutine and holds up no other client. A success does
+// not reset the count: a client knowing one user's password could
+// otherwise interleave it to keep its guesses at the other's fast.
+func (c *Client) authFailed() {
+	c.srv.stats.authDenied.Add(1)
+	c.authFails++
+	c.srv.sleep(authDelay(c.authFails))
+}
+
+// authDelay is the pause before answering a connection's n-th failed AUTH.
+func authDelay(n int) time.Duration {
+	if n > 20 { // far past the cap; keeps the shift in range
+		return authDelayMax
+	}
+	return min(authDelayBase<<(n-1), authDelayMax)
 }
 
 // isAdmin reports whether the client may run admin commands: it logged in

@@ -89,6 +89,8 @@ type Server struct {
 	myID   string                           // cluster node id
 	topo   atomic.Pointer[cluster.Topology] // current cluster topology (nil: none yet)
 	topoMu sync.Mutex                       // serializes SETTOPOLOGY
+
+	sleep func(time.Duration) // the pause after a failed AUTH; tests record it instead
 }
 
 type serverStats struct {
@@ -100,6 +102,7 @@ type serverStats struct {
 	hits, misses atomic.Int64
 	errorReplies atomic.Int64
 	moved        atomic.Int64
+	authDenied   atomic.Int64 // failed AUTH and HELLO AUTH (acl_access_denied_auth)
 	cmdDenied    atomic.Int64 // NOPERM replies (acl_access_denied_cmd)
 }
 
@@ -124,6 +127,7 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		clients:  map[int64]*Client{},
 		stop:     make(chan struct{}),
 		opsLastT: time.Now(),
+		sleep:    time.Sleep,
 	}
 	if st.SyncsWrites() {
 		// Under --fsync always every write waits for its fsync: run writes
@@ -202,6 +206,9 @@ type Client struct {
 	libVer  string
 	authed  atomic.Bool
 	admin   atomic.Bool // authenticated as the admin user
+	// authFails counts the connection's failed AUTHs (see authFailed).
+	// Only the goroutine running the connection's pipeline touches it.
+	authFails int
 
 	sess  *store.Session
 	stats []cmdStat // per command id

@@ -456,7 +456,7 @@ func configHelp(_ *Client, w *Out, _ [][]byte) {
 func (s *Server) resetStats() {
 	st := &s.stats
 	for _, a := range []interface{ Store(int64) }{&st.connections, &st.rejectedConn, &st.commands,
-		&st.netIn, &st.netOut, &st.hits, &st.misses, &st.errorReplies, &st.moved, &st.cmdDenied} {
+		&st.netIn, &st.netOut, &st.hits, &st.misses, &st.errorReplies, &st.moved, &st.authDenied, &st.cmdDenied} {
 		a.Store(0)
 	}
 	s.errorCounts.Range(func(k, _ any) bool { s.errorCounts.Delete(k); return true })
@@ -604,6 +604,7 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 		line("keyspace_hits", s.stats.hits.Load())
 		line("keyspace_misses", s.stats.misses.Load())
 		line("total_error_replies", s.stats.errorReplies.Load())
+		line("acl_access_denied_auth", s.stats.authDenied.Load())
 		line("acl_access_denied_cmd", s.stats.cmdDenied.Load())
 	case "replication":
 		b.WriteString("# Replication\r\n")

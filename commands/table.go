@@ -29,10 +29,10 @@ type Command struct {
 	// Protected is DEBUG: refused unless --enable-debug-command allows the
 	// client, before AUTH is even checked, as Redis's CMD_PROTECTED.
 	Protected bool
-	// Slow marks a command that waits on other servers (or may run for
-	// seconds): the wire layer runs a pipeline holding one off its event
-	// loop, so the loop's other connections are not held up, and a node
-	// never waits on a peer that waits on it.
+	// Slow marks a command that waits on other servers, may run for
+	// seconds, or pauses (a failed AUTH): the wire layer runs a pipeline
+	// holding one off its event loop, so the loop's other connections are
+	// not held up, and a node never waits on a peer that waits on it.
 	Slow bool
 	Tips []string // COMMAND tips, e.g. "request_policy:all_shards" (cluster clients fan out on it)
 
