@@ -15,6 +15,15 @@ if ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-server >/dev/nul
   command -v redis-cli >/dev/null 2>&1 || echo "test.sh: WARNING: redis-cli not found and cannot install it; redis-cli tests will SKIP"
   command -v redis-server >/dev/null 2>&1 || echo "test.sh: WARNING: redis-server not found; the bench Lua tests will SKIP"
 fi
+# ip (iproute2) puts a client in a network namespace, so the e2e tests can
+# check what a non-loopback client may do.
+if ! command -v ip >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing iproute2 (ip)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null || true
+  fi
+  command -v ip >/dev/null 2>&1 || echo "test.sh: WARNING: ip not found; the non-loopback admin test will SKIP"
+fi
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

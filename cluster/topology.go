@@ -90,6 +90,13 @@ const (
 	nodeIDLen = 40
 )
 
+// MaxEpoch is the highest epoch a topology may carry: 2^53-1, the largest
+// integer every JSON tool (JavaScript, jq) holds exactly. Without a bound a
+// document at epoch 2^64-1 would lock a node against every later topology
+// (none can be newer), across restarts; 2^53-1 still allows one push per
+// microsecond for 285 years.
+const MaxEpoch = 1<<53 - 1
+
 // NodeID is the id of the node reachable at host:port: the lowercase hex SHA-1
 // (40 characters) of its address "host:port" (net.JoinHostPort, so IPv6 hosts
 // are bracketed). A node's id is derived from its announced address, so moving
@@ -148,7 +155,7 @@ func Parse(data []byte) (*Topology, error) {
 // Validate checks every rule a topology must satisfy and, if it does, builds
 // the slot owner table. On error the table is cleared (nothing is owned).
 //
-// Rules: epoch >= 1; at least one shard (at most 16384); every range is
+// Rules: 1 <= epoch <= MaxEpoch; at least one shard (at most 16384); every range is
 // 0 <= first <= last <= 16383; no slot is in two ranges; every node id is
 // exactly 40 lowercase hex characters and appears once in the document (as a
 // primary or as a replica); no two nodes share a host:port; hosts are
@@ -167,6 +174,9 @@ func (t *Topology) Validate() error {
 func (t *Topology) check() (*[SlotCount]int16, int, map[string]int, error) {
 	if t.Epoch < 1 {
 		return nil, 0, nil, errors.New("epoch must be at least 1, got 0")
+	}
+	if t.Epoch > MaxEpoch {
+		return nil, 0, nil, fmt.Errorf("epoch must be at most %d (2^53-1), got %d", uint64(MaxEpoch), t.Epoch)
 	}
 	if len(t.Shards) == 0 {
 		return nil, 0, nil, errors.New("no shards: a topology needs at least one")

@@ -115,6 +115,8 @@ func TestParseErrors(t *testing.T) {
 		{"epoch zero", doc("0", shard("[[0,1]]", a)), "epoch must be at least 1, got 0"},
 		{"epoch missing", `{"shards":[` + shard("[[0,1]]", a) + `]}`, "epoch must be at least 1"},
 		{"epoch negative", doc("-1", shard("[[0,1]]", a)), "invalid topology JSON"},
+		{"epoch above 2^53-1", doc("9007199254740992", shard("[[0,1]]", a)), "epoch must be at most 9007199254740991 (2^53-1), got 9007199254740992"},
+		{"epoch 2^64-1", doc("18446744073709551615", shard("[[0,1]]", a)), "epoch must be at most 9007199254740991 (2^53-1), got 18446744073709551615"},
 		{"no shards", doc("1"), "no shards"},
 		{"shards missing", `{"epoch":1}`, "no shards"},
 		{"range reversed", doc("1", shard("[[10,5]]", a)), "shard 0: slot range 0 [10, 5] starts after it ends"},
@@ -141,6 +143,17 @@ func TestParseErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), c.want)
 		})
 	}
+}
+
+// TestEpochBound: MaxEpoch itself is a valid epoch for Parse and Init (the
+// epochs above it are refused in TestParseErrors and TestInitErrors).
+func TestEpochBound(t *testing.T) {
+	a := node(idA, "127.0.0.1", 7001)
+	top, err := Parse([]byte(doc("9007199254740991", shard("[[0,16383]]", a))))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(MaxEpoch), top.Epoch)
+	_, err = Init([]string{"h:1"}, MaxEpoch)
+	require.NoError(t, err)
 }
 
 func TestValidateBuildsAndClearsOwners(t *testing.T) {
@@ -276,6 +289,7 @@ func TestInitErrors(t *testing.T) {
 		{"port not a number", []string{"h:http"}, 1, "port must be a number in 1..65535"},
 		{"bad host", []string{"a b:1"}, 1, "contains a space"},
 		{"epoch zero", []string{"h:1"}, 0, "epoch must be at least 1"},
+		{"epoch above the bound", []string{"h:1"}, MaxEpoch + 1, "epoch must be at most 9007199254740991"},
 		{"too many", make([]string, SlotCount+1), 1, "at most 16384"},
 	}
 	for _, c := range cases {

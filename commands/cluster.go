@@ -3,6 +3,8 @@ package commands
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -489,13 +492,23 @@ const importChunk = 1000
 // the more restrictive state (CLUSTER IMPORTSTATE).
 func (s *Server) transfer(t *cluster.Topology, entries []store.Entry) {
 	byNode := map[string][]store.Entry{}
+	now := s.clock.Now()
+	left := 0
 	for _, e := range entries {
 		sh, ok := t.Owner(cluster.KeySlot(e.Key))
 		if !ok || t.Shards[sh].Primary.ID == s.myID {
 			continue
 		}
+		// A state the new owner would refuse would fail its whole chunk.
+		if checkImport(e.TAT, e.Expires, now) != "" {
+			left++
+			continue
+		}
 		addr := t.Shards[sh].Primary.Addr()
 		byNode[addr] = append(byNode[addr], e)
+	}
+	if left > 0 {
+		s.log.Warn("cluster: keys whose state CLUSTER IMPORTSTATE refuses (wrapped TATs without expiry) were not moved; they start fresh on the new owner", "keys", left)
 	}
 	for addr, list := range byNode {
 		err := s.pushState(addr, list)
@@ -507,9 +520,17 @@ func (s *Server) transfer(t *cluster.Topology, entries []store.Entry) {
 	}
 }
 
+// pushState sends list to the node at addr with CLUSTER IMPORTSTATE, an
+// admin command: it logs in as admin when an admin password is set (every
+// node of a cluster shares it), else as the default user, which the peer
+// accepts only over loopback.
 func (s *Server) pushState(addr string, list []store.Entry) error {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: s.cfg.RequirePass, Protocol: 2,
-		DisableIdentity: true, MaxRetries: 3, DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, PoolSize: 1})
+	opt := &redis.Options{Addr: addr, Password: s.cfg.RequirePass, Protocol: 2,
+		DisableIdentity: true, MaxRetries: 3, DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, PoolSize: 1}
+	if s.cfg.AdminPassword != "" {
+		opt.Username, opt.Password = UserAdmin, s.cfg.AdminPassword
+	}
+	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -529,9 +550,11 @@ func (s *Server) pushState(addr string, list []store.Entry) error {
 }
 
 // CLUSTER IMPORTSTATE key tat expire_ms [key tat expire_ms ...]: merges
-// limiter state moved from another node. A key is taken unless this node
-// holds a later TAT for it (the more restrictive state wins). Replies the
-// number of keys taken.
+// limiter state moved from another node. Every state is checked first
+// (checkImport): one that CL.THROTTLE could not have written refuses the
+// whole command with an ERR and nothing is merged. A key is taken unless
+// this node holds a later TAT for it (the more restrictive state wins), or
+// its state has expired. Replies the number of keys taken.
 func clusterImportState(c *Client, w *Out, args [][]byte) {
 	if !clusterGuard(c, w) {
 		return
@@ -543,11 +566,16 @@ func clusterImportState(c *Client, w *Out, args [][]byte) {
 	}
 	tats := make([]uint64, 0, len(rest)/3)
 	exps := make([]int64, 0, len(rest)/3)
+	now := c.srv.clock.Now()
 	for i := 0; i < len(rest); i += 3 {
 		tat, err1 := strconv.ParseUint(string(rest[i+1]), 10, 64)
 		exp, err2 := strconv.ParseInt(string(rest[i+2]), 10, 64)
 		if err1 != nil || err2 != nil {
 			w.WriteError(ErrNotInteger)
+			return
+		}
+		if e := checkImport(tat, exp, now); e != "" {
+			w.WriteError(ErrImportPrefix + trunc(cstr(rest[i]), 128) + "': " + e)
 			return
 		}
 		tats, exps = append(tats, tat), append(exps, exp)
@@ -565,6 +593,63 @@ func clusterImportState(c *Client, w *Out, args [][]byte) {
 		n += op.N
 	}
 	w.WriteInt(n)
+}
+
+// ErrImportPrefix starts IMPORTSTATE's refusal of a state: the key, "': "
+// and the rule it breaks follow.
+const ErrImportPrefix = "ERR invalid limiter state for key '"
+
+// importClockSkew (ns) is how far the sending node's clock may run ahead of
+// this one's without its states looking as if they came from the future.
+const importClockSkew = int64(time.Minute)
+
+// checkImport returns why (tat ns, exp ms) is not a state CL.THROTTLE could
+// have written on a node whose clock reads about now (ns), or "" if it could.
+//
+// IMPORTSTATE carries no limit parameters, so the bound is what any
+// parameters can produce (package gcra). An allowed CL.THROTTLE call writes
+// either
+//   - an expiry exp = floor(now/1ms) + TTLMillis with TAT = now + ttl and
+//     0 <= ttl <= τ <= MaxInt64 ns: so exp <= now + gcra.MaxTTLMillis (about
+//     292 years), and TAT < (exp+2)·1ms, since each of the two truncations
+//     to whole ms drops less than 1 ms; or
+//   - no expiry (its TTL in ms worked out negative): then TAT < now, unless
+//     the 128-bit TAT was negative and wrapped to 2^63 or more, which locks
+//     the key for centuries (redis-cell's "year-2343 lock"). Such wrapped
+//     states are refused: they would let IMPORTSTATE plant a lock of any
+//     length, and the sender leaves them behind (the key starts fresh).
+//
+// So no import can block a key for longer than a CL.THROTTLE call with an
+// expiry could. The sender's clock may run ahead by importClockSkew. An
+// expiry before 1970 is refused; a state that has already expired is
+// accepted and merges nothing.
+func checkImport(tat uint64, exp, now int64) string {
+	const msNs = int64(time.Millisecond)
+	if exp == store.NoExpiry {
+		lim := now + importClockSkew
+		if lim < now { // a clock set within a minute of 2262 (DEBUG CLOCK)
+			lim = math.MaxInt64
+		}
+		if int64(tat) < 0 || int64(tat) > lim { // tat >= 2^63 is a wrapped lock
+			return fmt.Sprintf("TAT %d of a key without expiry is in the future (now %d)", tat, now)
+		}
+		return ""
+	}
+	if exp < 0 {
+		return fmt.Sprintf("expiry %d ms is before 1970", exp)
+	}
+	nowMs := now / msNs
+	if limit := nowMs + gcra.MaxTTLMillis + importClockSkew/msNs; exp > limit {
+		return fmt.Sprintf("expiry %d ms is later than %d, now plus the longest TTL CL.THROTTLE sets (%d ms) and a minute of clock skew",
+			exp, limit, int64(gcra.MaxTTLMillis))
+	}
+	// TAT < (exp+2)·1ms, in 128 bits: exp·1ms may pass 2^64 for an exp
+	// near the limit under a clock set far ahead (DEBUG CLOCK).
+	hi, lo := bits.Mul64(uint64(exp+2), uint64(msNs))
+	if hi == 0 && tat >= lo {
+		return fmt.Sprintf("TAT %d is not below its expiry %d ms plus 2 ms", tat, exp)
+	}
+	return ""
 }
 
 // CLUSTER HELP

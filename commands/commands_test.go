@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,9 +18,10 @@ import (
 )
 
 type harness struct {
-	t   *testing.T
-	srv *Server
-	c   *Client
+	t     *testing.T
+	srv   *Server
+	c     *Client
+	slept []time.Duration // the pauses after failed AUTHs, recorded instead of slept
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
@@ -32,7 +34,16 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close(); st.Close() })
 	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}
-	return &harness{t: t, srv: srv, c: srv.NewClient(remote, remote)}
+	h := &harness{t: t, srv: srv, c: srv.NewClient(remote, remote)}
+	srv.sleep = func(d time.Duration) { h.slept = append(h.slept, d) }
+	return h
+}
+
+// remote makes h talk through a new client connected from a non-loopback
+// address.
+func (h *harness) remote() {
+	a := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5555}
+	h.c = h.srv.NewClient(a, a)
 }
 
 // do runs one pipeline and returns the raw reply bytes.
@@ -214,8 +225,7 @@ func TestDebugClock(t *testing.T) {
 	assert.Equal(t, "+OK\r\n", h.cmd("DEBUG", "CLOCK", "REAL"))
 	assert.False(t, h.srv.clock.Frozen())
 
-	remote := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5555}
-	h.c = h.srv.NewClient(remote, remote)
+	h.remote()
 	assert.Equal(t, "-"+ErrDebugNotAllowed+"\r\n", h.cmd("DEBUG", "CLOCK", "REAL"))
 }
 

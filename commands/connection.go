@@ -19,10 +19,11 @@ func registerConnection(t Table) {
 			Summary: "Closes the connection.", Since: "1.0.0", Run: quitCmd},
 		&Command{Name: "select", Arity: 2, Flags: []string{"fast"}, Group: "connection",
 			Summary: "Changes the selected database (only 0 exists).", Since: "1.0.0", Run: selectCmd},
-		&Command{Name: "auth", Arity: -2, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
-			Summary: "Authenticates the connection.", Since: "1.0.0", Run: authCmd},
-		&Command{Name: "hello", Arity: -1, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
-			Summary: "Handshakes with the server (RESP2 only).", Since: "6.0.0", Run: helloCmd},
+		// AUTH and HELLO are Slow: a failed attempt pauses (authFailed).
+		slow(&Command{Name: "auth", Arity: -2, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
+			Summary: "Authenticates the connection.", Since: "1.0.0", Run: authCmd}),
+		slow(&Command{Name: "hello", Arity: -1, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
+			Summary: "Handshakes with the server (RESP2 only).", Since: "6.0.0", Run: helloCmd}),
 		&Command{Name: "client", Arity: -2, Group: "connection", Summary: "A container for client connection commands.", Since: "2.4.0",
 			Subcommands: []*Command{
 				{Name: "client|setname", Arity: 3, Flags: []string{"fast"}, Run: clientSetName, Summary: "Sets the connection name.", Since: "2.6.9"},
@@ -72,13 +73,79 @@ func selectCmd(_ *Client, w *Out, args [][]byte) {
 	w.WriteOK()
 }
 
-// checkPassword reports whether user/pass are the default user's.
-func (c *Client) checkPassword(user, pass []byte) bool {
-	want := c.srv.cfg.RequirePass
-	if want == "" {
-		return string(user) == "default"
+// The users: the default user (password --requirepass; without one every
+// connection starts as it, and any password fits, as Redis's nopass) and,
+// when --admin-password is set, admin, which may also run admin commands.
+const (
+	UserDefault = "default"
+	UserAdmin   = "admin"
+)
+
+// Delays before answering a failed AUTH: authDelayBase after a
+// connection's first failure, doubling with each further one, at most
+// authDelayMax (so 4 ms, 8 ms, ... 512 ms, then 1 s each).
+const (
+	authDelayBase = 4 * time.Millisecond
+	authDelayMax  = time.Second
+)
+
+// login makes the connection user if pass is that user's password, and
+// reports whether it was. A failed attempt is counted and paused
+// (authFailed) and leaves the connection's user as it was, as in Redis.
+func (c *Client) login(user, pass []byte) bool {
+	cfg := &c.srv.cfg
+	ok, admin := false, false
+	switch string(user) {
+	case UserDefault:
+		ok = cfg.RequirePass == "" || subtle.ConstantTimeCompare(pass, []byte(cfg.RequirePass)) == 1
+	case UserAdmin:
+		ok = cfg.AdminPassword != "" && subtle.ConstantTimeCompare(pass, []byte(cfg.AdminPassword)) == 1
+		admin = ok
 	}
-	return string(user) == "default" && subtle.ConstantTimeCompare(pass, []byte(want)) == 1
+	if !ok {
+		c.authFailed()
+		return false
+	}
+	c.admin.Store(admin)
+	c.authed.Store(true)
+	return true
+}
+
+// authFailed counts a failed AUTH (or HELLO AUTH) for INFO and pauses
+// before the reply, per authDelay, so that one connection cannot try
+// passwords at full speed. AUTH and HELLO are Slow: the pause runs on the
+// connection's own goroutine and holds up no other client. A success does
+// not reset the count: a client knowing one user's password could
+// otherwise interleave it to keep its guesses at the other's fast.
+func (c *Client) authFailed() {
+	c.srv.stats.authDenied.Add(1)
+	c.authFails++
+	c.srv.sleep(authDelay(c.authFails))
+}
+
+// authDelay is the pause before answering a connection's n-th failed AUTH.
+func authDelay(n int) time.Duration {
+	if n > 20 { // far past the cap; keeps the shift in range
+		return authDelayMax
+	}
+	return min(authDelayBase<<(n-1), authDelayMax)
+}
+
+// isAdmin reports whether the client may run admin commands: it logged in
+// as admin, or no admin password is set and it is a loopback client.
+func (c *Client) isAdmin() bool {
+	if c.srv.cfg.AdminPassword == "" {
+		return c.local
+	}
+	return c.admin.Load()
+}
+
+// user is the name of the connection's user.
+func (c *Client) user() string {
+	if c.admin.Load() {
+		return UserAdmin
+	}
+	return UserDefault
 }
 
 // AUTH [username] password
@@ -87,18 +154,17 @@ func authCmd(c *Client, w *Out, args [][]byte) {
 		w.WriteError(ErrSyntax)
 		return
 	}
-	user, pass := []byte("default"), args[1]
+	user, pass := []byte(UserDefault), args[1]
 	if len(args) == 3 {
 		user, pass = args[1], args[2]
 	} else if c.srv.cfg.RequirePass == "" {
 		w.WriteError(ErrAuthNoPassword)
 		return
 	}
-	if !c.checkPassword(user, pass) {
+	if !c.login(user, pass) {
 		w.WriteError(ErrWrongPass)
 		return
 	}
-	c.authed.Store(true)
 	w.WriteOK()
 }
 
@@ -132,12 +198,9 @@ func helloCmd(c *Client, w *Out, args [][]byte) {
 			return
 		}
 	}
-	if user != nil {
-		if !c.checkPassword(user, pass) {
-			w.WriteError(ErrWrongPass)
-			return
-		}
-		c.authed.Store(true)
+	if user != nil && !c.login(user, pass) {
+		w.WriteError(ErrWrongPass)
+		return
 	}
 	if !c.authed.Load() {
 		w.WriteError(ErrHelloNoAuth)
@@ -319,6 +382,6 @@ func (c *Client) infoLine() string {
 		cmd = lc.Name
 	}
 	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s",
-		c.ID, c.Addr, c.LAddr, name, int64(now.Sub(c.created).Seconds()), idle, cmd, lib, ver)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=2 lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, name, int64(now.Sub(c.created).Seconds()), idle, cmd, c.user(), lib, ver)
 }

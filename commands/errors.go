@@ -27,3 +27,18 @@ const (
 	ErrKeyTooLong = "ERR key exceeds maximum allowed size (max-key-bytes)"
 	ErrMisconf    = "MISCONF cellserver is unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes (stop-writes-on-persist-error option). Please check the cellserver logs for details about the error."
 )
+
+// A command the connection's user may not run, as Redis 7.2 words it
+// (getAclErrorMessage, ACL_DENIED_CMD): "NOPERM User <user> has no
+// permissions to run the '<command>' command", <command> being
+// "parent|sub" for a subcommand. Redis 7.0 said "this user has no
+// permissions to run the '<command>' command" instead; cellserver reports
+// 7.2.0.
+const (
+	errNoPermUser = "NOPERM User "
+	errNoPermRun  = " has no permissions to run the '"
+	errNoPermCmd  = "' command"
+)
+
+// noPerm is the NOPERM reply for user running cmd (full name).
+func noPerm(user, cmd string) string { return errNoPermUser + user + errNoPermRun + cmd + errNoPermCmd }

@@ -10,6 +10,7 @@ package commands
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -34,6 +35,13 @@ const RedisVersion = "7.2.0"
 type Config struct {
 	// RequirePass, if set, is the password of the default user (AUTH).
 	RequirePass string
+	// AdminPassword, if set, is the password of the user "admin" (AUTH
+	// admin <password>), the only one that may run admin commands (those
+	// flagged "admin": CLUSTER SETTOPOLOGY, CLUSTER IMPORTSTATE, DEBUG);
+	// admin may run every other command too. If empty there is no admin
+	// user, and admin commands are accepted from loopback clients only.
+	// It must differ from RequirePass.
+	AdminPassword string
 	// EnableDebug is "no" (default), "yes" or "local" (loopback clients only),
 	// as Redis's enable-debug-command.
 	EnableDebug string
@@ -89,6 +97,8 @@ type Server struct {
 	myID   string                           // cluster node id
 	topo   atomic.Pointer[cluster.Topology] // current cluster topology (nil: none yet)
 	topoMu sync.Mutex                       // serializes SETTOPOLOGY
+
+	sleep func(time.Duration) // the pause after a failed AUTH; tests record it instead
 }
 
 type serverStats struct {
@@ -102,6 +112,8 @@ type serverStats struct {
 	moved        atomic.Int64
 	// Clients disconnected for a limit (Redis's INFO stats names).
 	queryBufLimit, outputBufLimit, idleTimeouts atomic.Int64
+	authDenied                                  atomic.Int64 // failed AUTH and HELLO AUTH (acl_access_denied_auth)
+	cmdDenied                                   atomic.Int64 // NOPERM replies (acl_access_denied_cmd)
 }
 
 // New returns a Server executing against st.
@@ -115,6 +127,9 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 	if cfg.MaxKeyBytes == 0 {
 		cfg.MaxKeyBytes = DefaultMaxKeyBytes
 	}
+	if cfg.AdminPassword != "" && cfg.AdminPassword == cfg.RequirePass {
+		return nil, errors.New("commands: the admin password must differ from the default user's (requirepass)")
+	}
 	s := &Server{
 		cfg:      cfg,
 		st:       st,
@@ -125,6 +140,7 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		clients:  map[int64]*Client{},
 		stop:     make(chan struct{}),
 		opsLastT: time.Now(),
+		sleep:    time.Sleep,
 	}
 	if st.SyncsWrites() {
 		// Under --fsync always every write waits for its fsync: run writes
@@ -202,6 +218,10 @@ type Client struct {
 	libName string
 	libVer  string
 	authed  atomic.Bool
+	admin   atomic.Bool // authenticated as the admin user
+	// authFails counts the connection's failed AUTHs (see authFailed).
+	// Only the goroutine running the connection's pipeline touches it.
+	authFails int
 
 	sess  *store.Session
 	stats []cmdStat // per command id
@@ -437,8 +457,18 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.stat(cmd).failed.Add(1)
 		return
 	}
+	// Redis's order: a protected command, then AUTH, then ACL permissions.
+	if cmd.Protected && !s.debugAllowed(c) {
+		c.errSlot(ErrDebugNotAllowed)
+		return
+	}
 	if !cmd.NoAuth && !c.authed.Load() {
 		c.errSlot(ErrNoAuth)
+		return
+	}
+	if cmd.admin && !c.isAdmin() {
+		s.stats.cmdDenied.Add(1)
+		c.errSlot(noPerm(c.user(), cmd.Name))
 		return
 	}
 	if cmd.FirstKey > 0 && s.cfg.MaxKeyBytes > 0 && s.keyTooLong(cmd, args) {

@@ -39,7 +39,7 @@ func registerServer(t Table) {
 		&Command{Name: "time", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "server",
 			Summary: "Returns the server time (the clock CL.THROTTLE uses).", Since: "2.6.0", Run: timeCmd,
 			Tips: []string{"nondeterministic_output"}},
-		&Command{Name: "debug", Arity: -2, Flags: []string{"admin", "noscript", "loading", "stale"}, Group: "server",
+		&Command{Name: "debug", Arity: -2, Flags: []string{"admin", "noscript", "loading", "stale"}, Protected: true, Group: "server",
 			Summary: "cellserver: DEBUG CLOCK SET <unix_ns> | ADVANCE <ns> | REAL.", Since: "1.0.0", Run: debugCmd},
 	)
 	// COMMAND's subcommands all run through commandCmd.
@@ -312,19 +312,20 @@ func timeCmd(c *Client, w *Out, _ [][]byte) {
 	w.WriteBulkString(strconv.FormatInt(usec, 10))
 }
 
-// DEBUG CLOCK SET <unix_ns> | DEBUG CLOCK ADVANCE <ns> | DEBUG CLOCK REAL
-func debugCmd(c *Client, w *Out, args [][]byte) {
-	switch c.srv.cfg.EnableDebug {
+// debugAllowed reports whether --enable-debug-command lets c run DEBUG.
+func (s *Server) debugAllowed(c *Client) bool {
+	switch s.cfg.EnableDebug {
 	case "yes":
+		return true
 	case "local":
-		if !c.local {
-			w.WriteError(ErrDebugNotAllowed)
-			return
-		}
-	default:
-		w.WriteError(ErrDebugNotAllowed)
-		return
+		return c.local
 	}
+	return false
+}
+
+// DEBUG CLOCK SET <unix_ns> | DEBUG CLOCK ADVANCE <ns> | DEBUG CLOCK REAL:
+// reached only if debugAllowed and by the admin user (execOne).
+func debugCmd(c *Client, w *Out, args [][]byte) {
 	sub := strings.ToLower(string(args[1]))
 	if sub == "help" {
 		lines := []string{
@@ -455,7 +456,7 @@ func configHelp(_ *Client, w *Out, _ [][]byte) {
 func (s *Server) resetStats() {
 	st := &s.stats
 	for _, a := range []interface{ Store(int64) }{&st.connections, &st.rejectedConn, &st.commands,
-		&st.netIn, &st.netOut, &st.hits, &st.misses, &st.errorReplies, &st.moved,
+		&st.netIn, &st.netOut, &st.hits, &st.misses, &st.errorReplies, &st.moved, &st.authDenied, &st.cmdDenied,
 		&st.queryBufLimit, &st.outputBufLimit, &st.idleTimeouts} {
 		a.Store(0)
 	}
@@ -604,6 +605,8 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 		line("keyspace_hits", s.stats.hits.Load())
 		line("keyspace_misses", s.stats.misses.Load())
 		line("total_error_replies", s.stats.errorReplies.Load())
+		line("acl_access_denied_auth", s.stats.authDenied.Load())
+		line("acl_access_denied_cmd", s.stats.cmdDenied.Load())
 		line("client_query_buffer_limit_disconnections", s.stats.queryBufLimit.Load())
 		line("client_output_buffer_limit_disconnections", s.stats.outputBufLimit.Load())
 		// Not in Redis, which does not count them.

@@ -26,10 +26,13 @@ type Command struct {
 	Summary  string // COMMAND DOCS summary
 	Since    string
 	NoAuth   bool // may run before AUTH
-	// Slow marks a command that waits on other servers (or may run for
-	// seconds): the wire layer runs a pipeline holding one off its event
-	// loop, so the loop's other connections are not held up, and a node
-	// never waits on a peer that waits on it.
+	// Protected is DEBUG: refused unless --enable-debug-command allows the
+	// client, before AUTH is even checked, as Redis's CMD_PROTECTED.
+	Protected bool
+	// Slow marks a command that waits on other servers, may run for
+	// seconds, or pauses (a failed AUTH): the wire layer runs a pipeline
+	// holding one off its event loop, so the loop's other connections are
+	// not held up, and a node never waits on a peer that waits on it.
 	Slow bool
 	Tips []string // COMMAND tips, e.g. "request_policy:all_shards" (cluster clients fan out on it)
 
@@ -48,6 +51,7 @@ type Command struct {
 	Subcommands []*Command
 
 	write bool // has the "write" flag (refused with MISCONF while persistence fails)
+	admin bool // has the "admin" flag: only the admin user may run it (Client.isAdmin)
 	id    int  // index of this command's counters in every client's stats
 }
 
@@ -69,6 +73,7 @@ func (t Table) add(cmds ...*Command) {
 				x.Step = 1
 			}
 			x.write = hasFlag(x.Flags, "write")
+			x.admin = hasFlag(x.Flags, "admin")
 			x.id = n + i
 		}
 		t[c.Name] = c

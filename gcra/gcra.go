@@ -159,6 +159,12 @@ func secs(d int128) int64 {
 	return s
 }
 
+// MaxTTLMillis is the largest TTLMillis Throttle returns with ExpireAfter:
+// on the allowed path the TTL is at most τ, an int64 count of ns, so a key's
+// expiry is never more than MaxInt64 ns (about 292 years) after the call's
+// clock.
+const MaxTTLMillis = maxInt64 / nsPerMillisecond
+
 // ExpiryKind says what the caller must do with the key's TTL when
 // [Result.Write] is true.
 type ExpiryKind uint8

@@ -526,6 +526,24 @@ func TestWrappedIncrementLocksKey(t *testing.T) {
 	assert.False(t, r.Write)
 }
 
+// TestMaxTTL: the longest emission interval with a burst of 1 reaches
+// MaxTTLMillis exactly, and the widest parameters never pass it.
+func TestMaxTTL(t *testing.T) {
+	r, err := Throttle(Params{0, 1, math.MaxInt64, 1}, 0, false, t0)
+	require.NoError(t, err)
+	require.True(t, r.Write)
+	assert.Equal(t, ExpireAfter, r.Expiry)
+	assert.Equal(t, int64(MaxTTLMillis), r.TTLMillis)
+	assert.Equal(t, int64(9_223_372_036_854), r.TTLMillis)
+	for _, p := range []Params{{math.MaxInt64, 1, math.MaxInt64, 1}, {math.MaxInt64, 1, math.MaxInt64, math.MaxInt64}, {1 << 40, 3, 1 << 40, 1 << 20}} {
+		r, err := Throttle(p, 0, false, t0)
+		require.NoError(t, err)
+		if r.Write && r.Expiry == ExpireAfter {
+			assert.LessOrEqual(t, r.TTLMillis, int64(MaxTTLMillis), "%+v", p)
+		}
+	}
+}
+
 func TestForeignValues(t *testing.T) {
 	// SET k 5: a TAT in 1970 behaves like a fresh key.
 	r, err := Throttle(Params{4, 1, 1, 1}, 5, true, t0)

@@ -26,9 +26,11 @@ const clusterUsage = `Usage:
   cellserver cluster init --nodes host:port,host:port,... [--epoch N]
       Print a topology that splits the 16384 hash slots evenly over the nodes
       (one shard per node, as redis-cli --cluster create splits them).
-  cellserver cluster apply FILE [--password P] [--timeout 5s]
+  cellserver cluster apply FILE [--admin-password P] [--password P] [--timeout 5s]
       Send the topology in FILE to every node it names (CLUSTER SETTOPOLOGY)
       and print "<host:port> <id> ok" or "<host:port> <id> error: ..." per node.
+      SETTOPOLOGY is an admin command: give the nodes' --admin-password, or
+      run apply on the nodes' machine if they have none (loopback only).
 
 Exit status: 0 on success; 1 if FILE is unusable or any node refused the
 topology or could not be reached; 2 if the command line is wrong.
@@ -58,7 +60,7 @@ func clusterInit(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cellserver cluster init", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "", "comma-separated `host:port` addresses the nodes announce to clients")
-	epoch := fs.Uint64("epoch", 1, "topology epoch (version); each push must carry a higher one")
+	epoch := fs.Uint64("epoch", 1, "topology epoch (version), at most 2^53-1; each push must carry a higher one")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver cluster init --nodes host:port,host:port,... [--epoch N]\n\n"+
 			"Prints a topology document (JSON) with one shard per node and the slots split evenly.\n\nFlags:\n")
@@ -101,10 +103,11 @@ func clusterInit(args []string, stdout, stderr io.Writer) int {
 func clusterApply(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cellserver cluster apply", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	password := fs.String("password", "", "`password` the nodes require (their --requirepass)")
+	password := fs.String("password", "", "`password` the nodes require (their --requirepass); not needed with --admin-password")
+	adminPassword := fs.String("admin-password", "", "log in as the user admin with this `password` (the nodes' --admin-password)")
 	timeout := fs.Duration("timeout", 5*time.Second, "connect and reply timeout per node")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: cellserver cluster apply FILE [--password P] [--timeout 5s]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: cellserver cluster apply FILE [--admin-password P] [--password P] [--timeout 5s]\n\n"+
 			"Sends the topology in FILE to every node it names, primaries and replicas.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
@@ -153,7 +156,7 @@ func clusterApply(args []string, stdout, stderr io.Writer) int {
 	results := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
-		wg.Go(func() { results[i] = clusterPush(n.Addr(), *password, *timeout, payload) })
+		wg.Go(func() { results[i] = clusterPush(n.Addr(), *adminPassword, *password, *timeout, payload) })
 	}
 	wg.Wait()
 	failed := 0
@@ -172,10 +175,17 @@ func clusterApply(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// clusterPush sends CLUSTER SETTOPOLOGY to one node and expects +OK.
-func clusterPush(addr, password string, timeout time.Duration, payload string) error {
+// clusterPush sends CLUSTER SETTOPOLOGY to one node and expects +OK. It logs
+// in as admin if adminPassword is set (admin may also do what the default
+// user may), else as the default user with password.
+func clusterPush(addr, adminPassword, password string, timeout time.Duration, payload string) error {
+	var user string
+	if adminPassword != "" {
+		user, password = "admin", adminPassword
+	}
 	c := redis.NewClient(&redis.Options{
 		Addr:            addr,
+		Username:        user,
 		Password:        password,
 		Protocol:        2,
 		DialTimeout:     timeout,

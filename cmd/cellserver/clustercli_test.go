@@ -78,6 +78,7 @@ func TestClusterUsageErrors(t *testing.T) {
 		{"init bad port", []string{"init", "--nodes", "h:99999"}, 2, "port must be a number in 1..65535"},
 		{"init epoch zero", []string{"init", "--nodes", "h:1", "--epoch", "0"}, 2, "epoch must be at least 1"},
 		{"init epoch negative", []string{"init", "--nodes", "h:1", "--epoch", "-1"}, 2, "invalid value"},
+		{"init epoch above 2^53-1", []string{"init", "--nodes", "h:1", "--epoch", "9007199254740992"}, 2, "epoch must be at most 9007199254740991 (2^53-1)"},
 		{"init extra argument", []string{"init", "--nodes", "h:1", "extra"}, 2, `unexpected argument "extra"`},
 		{"init unknown flag", []string{"init", "--replicas", "1"}, 2, "flag provided but not defined: -replicas"},
 		{"init -h", []string{"init", "-h"}, 0, "Usage: cellserver cluster init"},
@@ -106,6 +107,7 @@ type fakeNode struct {
 	host     string
 	port     int
 	password string // if set, AUTH is required
+	admin    string // if set, AUTH admin <admin> also logs in
 	reply    func(c redcon.Conn)
 
 	mu       sync.Mutex
@@ -114,9 +116,15 @@ type fakeNode struct {
 
 func startFakeNode(t *testing.T, password string, reply func(c redcon.Conn)) *fakeNode {
 	t.Helper()
+	return startFake(t, &fakeNode{password: password, reply: reply})
+}
+
+// startFake serves f (password, admin and reply filled in).
+func startFake(t *testing.T, f *fakeNode) *fakeNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	f := &fakeNode{addr: ln.Addr().String(), password: password, reply: reply}
+	f.addr = ln.Addr().String()
 	h, p, _ := net.SplitHostPort(f.addr)
 	f.host = h
 	f.port, _ = strconv.Atoi(p)
@@ -138,7 +146,8 @@ func (f *fakeNode) handle(c redcon.Conn, cmd redcon.Command) {
 	case name == "HELLO": // like a server without RESP3: go-redis falls back
 		c.WriteError("ERR unknown command 'HELLO'")
 	case name == "AUTH":
-		if len(cmd.Args) == 2 && f.password != "" && string(cmd.Args[1]) == f.password {
+		if len(cmd.Args) == 2 && f.password != "" && string(cmd.Args[1]) == f.password ||
+			len(cmd.Args) == 3 && f.admin != "" && string(cmd.Args[1]) == "admin" && string(cmd.Args[2]) == f.admin {
 			c.SetContext(true)
 			c.WriteString("OK")
 		} else {
@@ -265,4 +274,22 @@ func TestClusterApplyPassword(t *testing.T) {
 	assert.True(t, strings.HasPrefix(stdout, prefix+" error: "), stdout)
 	assert.Contains(t, stdout, "WRONGPASS")
 	assert.Len(t, secured.got(), 1, "nothing reached the node without the right password")
+}
+
+// TestClusterApplyAdminPassword: --admin-password logs in as admin (AUTH
+// admin P), which a node requiring a password accepts in its place.
+func TestClusterApplyAdminPassword(t *testing.T) {
+	secured := startFake(t, &fakeNode{password: "sekret", admin: "adm", reply: replyOK})
+	path := writeTopology(t, 2, []cluster.Node{secured.node()})
+	prefix := secured.addr + " " + secured.node().ID
+
+	code, stdout, _ := runClusterCLI("apply", path, "--admin-password", "adm")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, prefix+" ok\n", stdout)
+	assert.Len(t, secured.got(), 1)
+
+	code, stdout, _ = runClusterCLI("apply", path, "--admin-password", "sekret", "--password", "sekret")
+	assert.Equal(t, 1, code, "the admin password is tried as admin's, not the default user's")
+	assert.Contains(t, stdout, prefix+" error: WRONGPASS")
+	assert.Len(t, secured.got(), 1)
 }

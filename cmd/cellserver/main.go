@@ -43,6 +43,11 @@ type Config struct {
 	OutputHard, OutputSoft int64
 	OutputSoftFor          time.Duration
 
+	// AdminPassword is the password of the user "admin", the only one
+	// allowed admin commands (CLUSTER SETTOPOLOGY and IMPORTSTATE, DEBUG);
+	// empty: no admin user, and loopback clients may run them.
+	AdminPassword string
+
 	DataDir    string      // Pebble directory for limiter state
 	InMemory   bool        // no persistence at all
 	Fsync      store.Fsync // durability policy
@@ -60,6 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6379", "TCP `host:port` to listen on")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "require clients to AUTH with this `password`")
+	fs.StringVar(&c.AdminPassword, "admin-password", "", "`password` of the user admin (AUTH admin PASSWORD), the only one that may run CLUSTER SETTOPOLOGY, CLUSTER IMPORTSTATE and DEBUG; without it only loopback clients may (every node of a cluster must share it)")
 	fs.IntVar(&c.Threads, "threads", 0, "CPUs to run Go code on at once (GOMAXPROCS); event loops and the default number of shards follow it (default: every CPU available, cgroup limits included)")
 	fs.IntVar(&c.Shards, "shards", 0, "number of keyspace shards, each owned by one goroutine (default: --threads)")
 	fs.StringVar(&c.EnableDebug, "enable-debug-command", "no", "allow DEBUG (e.g. DEBUG CLOCK): no, yes, or local (loopback clients only)")
@@ -195,11 +201,12 @@ func run(cfg Config) error {
 		cc.TopologyPath = filepath.Join(cfg.DataDir, "cluster-topology.json")
 	}
 	exec, err := commands.New(commands.Config{
-		RequirePass: cfg.RequirePass,
-		StopWrites:  cfg.StopWrites,
-		EnableDebug: cfg.EnableDebug,
-		Addr:        cfg.Addr,
-		Logger:      log,
+		RequirePass:   cfg.RequirePass,
+		AdminPassword: cfg.AdminPassword,
+		StopWrites:    cfg.StopWrites,
+		EnableDebug:   cfg.EnableDebug,
+		Addr:          cfg.Addr,
+		Logger:        log,
 		Params: map[string]string{
 			"maxclients": strconv.Itoa(maxClients),
 			"timeout":    strconv.Itoa(int(cfg.IdleTimeout / time.Second)),
