@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"errors"
+	"slices"
 )
 
 // Protocol limits and error texts, as Redis 7 (networking.c).
@@ -133,6 +134,9 @@ func (p *parser) next(b []byte, authed bool) (int, error) {
 		p.offs = append(p.offs, uint32(start), uint32(end))
 		pos = end + 2
 	}
+	// One allocation for the arguments: growing a slice of pointers step by
+	// step copies it under write barriers and gives the collector more to scan.
+	p.args = slices.Grow(p.args, len(p.offs)/2)
 	for i := 0; i < len(p.offs); i += 2 {
 		s, e := p.offs[i], p.offs[i+1]
 		p.args = append(p.args, b[s:e:e])
