@@ -62,8 +62,12 @@ func quitCmd(c *Client, w *Out, _ [][]byte) {
 // SELECT index
 func selectCmd(_ *Client, w *Out, args [][]byte) {
 	n, ok := parseRedisInt(args[1])
-	if !ok || n < -2147483648 || n > 2147483647 {
+	if !ok {
 		w.WriteError(ErrNotInteger)
+		return
+	}
+	if n < -2147483648 || n > 2147483647 {
+		w.WriteError(ErrIntRange)
 		return
 	}
 	if n != 0 {
