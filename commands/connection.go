@@ -284,7 +284,8 @@ func clientSetInfo(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	if !validName(args[3]) {
-		w.WriteError(fmt.Sprintf("ERR %s cannot contain spaces, newlines or special characters.", attr))
+		// Redis 7.2 names the attribute as the client sent it.
+		w.WriteError(fmt.Sprintf("ERR %s cannot contain spaces, newlines or special characters.", cstr(args[2])))
 		return
 	}
 	c.mu.Lock()
