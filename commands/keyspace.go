@@ -181,8 +181,8 @@ const scanShardShift = 40
 
 // SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 func scanCmd(c *Client, w *Out, args [][]byte) {
-	cur, err := strconv.ParseUint(string(args[1]), 10, 64)
-	if err != nil {
+	cur, ok := parseScanCursor(args[1])
+	if !ok {
 		w.WriteError(ErrInvalidCursor)
 		return
 	}
@@ -248,6 +248,34 @@ func scanCmd(c *Client, w *Out, args [][]byte) {
 	for _, k := range keys {
 		w.WriteBulk(k)
 	}
+}
+
+// parseScanCursor parses a cursor as Redis 7.2's parseScanCursorOrReply
+// does, with strtoul: no leading space; an optional sign (a negative
+// cursor wraps around, "-1" is 2^64-1); "" is 0; nothing after the digits;
+// no overflow.
+func parseScanCursor(b []byte) (uint64, bool) {
+	s := cstr(b)
+	if s != "" && strings.ContainsRune(" \t\n\v\f\r", rune(s[0])) {
+		return 0, false
+	}
+	neg := false
+	digits := s
+	if digits != "" && (digits[0] == '+' || digits[0] == '-') {
+		neg = digits[0] == '-'
+		digits = digits[1:]
+	}
+	if digits == "" {
+		return 0, s == "" // strtoul read nothing: only the empty string ends there
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // DBSIZE
