@@ -212,7 +212,7 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 			if cmd := s.lookupFull(a); cmd != nil {
 				writeCommandInfo(w, cmd)
 			} else {
-				w.WriteNullArray()
+				w.WriteNull() // Redis's addReplyNull: $-1 in RESP2
 			}
 		}
 	case "docs":
