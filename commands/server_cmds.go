@@ -23,7 +23,7 @@ func registerServer(t Table) {
 				{Name: "command|info", Arity: -2, Summary: "Returns information about one, multiple or all commands.", Since: "2.8.13"},
 				{Name: "command|docs", Arity: -2, Summary: "Returns documentary information about one, multiple or all commands.", Since: "7.0.0"},
 				{Name: "command|list", Arity: -2, Summary: "Returns a list of command names.", Since: "7.0.0"},
-				{Name: "command|getkeys", Arity: -3, Summary: "Extracts the key names from an arbitrary command.", Since: "2.8.13"},
+				{Name: "command|getkeys", Arity: -4, Summary: "Extracts the key names from an arbitrary command.", Since: "2.8.13"},
 				{Name: "command|help", Arity: 2, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
 			}},
 		&Command{Name: "info", Arity: -1, Flags: []string{"loading", "stale"}, Group: "server",
@@ -234,21 +234,27 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 			writeCommandDocs(w, cmd, "server")
 		}
 	case "getkeys":
-		cmd := s.table.Lookup(args[2])
+		// Redis's getKeysSubcommandImpl: look the command up as
+		// lookupCommand does (a container's subcommand by the next
+		// argument), then check that it has keys, then its arity.
+		sub := args[2:]
+		cmd := s.table.Lookup(sub[0])
+		if cmd != nil && len(cmd.Subcommands) > 0 {
+			cmd = cmd.sub(sub[1])
+		}
 		if cmd == nil {
 			w.WriteError("ERR Invalid command specified")
 			return
 		}
-		sub := args[2:]
+		if cmd.FirstKey <= 0 {
+			w.WriteError("ERR The command has no key arguments")
+			return
+		}
 		if !arityOK(cmd.Arity, len(sub)) {
 			w.WriteError("ERR Invalid number of arguments specified for command")
 			return
 		}
 		keys := keyArgs(cmd, sub)
-		if len(keys) == 0 {
-			w.WriteError("ERR The command has no key arguments")
-			return
-		}
 		w.WriteArray(len(keys))
 		for _, k := range keys {
 			w.WriteBulk(k)
