@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"runtime"
@@ -414,6 +415,16 @@ func configGet(c *Client, w *Out, args [][]byte) {
 	var out []string
 	seen := map[string]bool{}
 	for _, pat := range args[2:] {
+		// Redis's configGetCommand looks a name without glob characters up
+		// directly and replies with it as the client wrote it.
+		if !bytes.ContainsAny(pat, "[*?") {
+			n := strings.ToLower(string(pat))
+			if v, ok := params[n]; ok && !seen[n] {
+				seen[n] = true
+				out = append(out, string(pat), v)
+			}
+			continue
+		}
 		for _, n := range names {
 			if !seen[n] && store.Match(pat, []byte(n), true) {
 				seen[n] = true
