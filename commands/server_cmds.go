@@ -441,7 +441,7 @@ func configGet(c *Client, w *Out, args [][]byte) {
 // CONFIG SET parameter value [parameter value ...]: nothing can change at run time.
 func configSet(c *Client, w *Out, args [][]byte) {
 	if (len(args)-2)%2 != 0 {
-		w.WriteError(wrongArity("config|set"))
+		w.WriteError(ErrSyntax) // Redis's configSetCommand: an odd argc is a syntax error
 		return
 	}
 	name := strings.ToLower(string(args[2]))
