@@ -652,8 +652,12 @@ func checkImport(tat uint64, exp, now int64) string {
 	return ""
 }
 
-// CLUSTER HELP
-func clusterHelp(_ *Client, w *Out, _ [][]byte) {
+// CLUSTER HELP: like every CLUSTER subcommand, refused when cluster mode
+// is off (Redis's clusterCommand checks before HELP).
+func clusterHelp(c *Client, w *Out, _ [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
 	lines := []string{
 		"CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 		"COUNTKEYSINSLOT <slot>", "    Return the number of keys in <slot>.",
