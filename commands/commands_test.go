@@ -291,3 +291,16 @@ func BenchmarkExecThrottlePipeline(b *testing.B) {
 		srv.Exec(c, cmds, &out)
 	}
 }
+
+// TestKeyspaceHitsAndMisses: like Redis's lookupKeyRead, GET, EXISTS (per
+// key), TTL, PTTL and TYPE count a hit or a miss; DEL and SCAN do not.
+func TestKeyspaceHitsAndMisses(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.cmd("CL.THROTTLE", "k", "1", "1", "60")
+	for _, args := range [][]string{{"GET", "k"}, {"TTL", "k"}, {"PTTL", "nope"}, {"TYPE", "k"}, {"TYPE", "nope"},
+		{"EXISTS", "k", "nope", "k"}, {"DEL", "nope"}, {"SCAN", "0"}} {
+		h.cmd(args...)
+	}
+	assert.Equal(t, "5", h.infoField("keyspace_hits"))
+	assert.Equal(t, "3", h.infoField("keyspace_misses"))
+}

@@ -20,7 +20,7 @@ func registerKeyspace(t Table) {
 			Queue: queueEach(store.OpDel), Reply: sumReply, Many: sumMany(store.OpDel)},
 		&Command{Name: "exists", Arity: -2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: -1,
 			Group: "generic", Summary: "Determines whether one or more keys exist.", Since: "1.0.0",
-			Queue: queueEach(store.OpExists), Reply: sumReply, Many: sumMany(store.OpExists)},
+			Queue: queueEach(store.OpExists), Reply: existsReply, Many: sumMany(store.OpExists)},
 		&Command{Name: "pttl", Arity: 2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: 1,
 			Group: "generic", Summary: "Returns the expiration time in milliseconds of a key.", Since: "2.6.0",
 			Queue: queueEach(store.OpPTTL), Reply: pttlReply},
@@ -85,20 +85,33 @@ func sumMany(k store.Kind) func(c *Client, w *Out, args [][]byte) {
 			}
 			for _, op := range ops {
 				n += op.N
+				if k == store.OpExists {
+					c.srv.countLookup(op.N > 0)
+				}
 			}
 		}
 		w.WriteInt(n)
 	}
 }
 
+// countLookup counts a key read for INFO's keyspace_hits and
+// keyspace_misses, as Redis's lookupKeyRead does for GET, EXISTS (each
+// key), TTL, PTTL and TYPE.
+func (s *Server) countLookup(found bool) {
+	if found {
+		s.stats.hits.Add(1)
+	} else {
+		s.stats.misses.Add(1)
+	}
+}
+
 // GET key
 func getReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
+	c.srv.countLookup(ops[0].Found)
 	if !ops[0].Found {
-		c.srv.stats.misses.Add(1)
 		w.WriteNull()
 		return
 	}
-	c.srv.stats.hits.Add(1)
 	w.WriteBulkUint(ops[0].TAT)
 }
 
@@ -111,12 +124,24 @@ func sumReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) {
 	w.WriteInt(n)
 }
 
+// EXISTS key [key ...]
+func existsReply(c *Client, w *Out, args [][]byte, ops []*store.Op) {
+	for _, op := range ops {
+		c.srv.countLookup(op.N > 0)
+	}
+	sumReply(c, w, args, ops)
+}
+
 // PTTL key
-func pttlReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) { w.WriteInt(ops[0].N) }
+func pttlReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
+	c.srv.countLookup(ops[0].N != -2)
+	w.WriteInt(ops[0].N)
+}
 
 // TTL key: seconds, rounded to nearest as Redis does.
-func ttlReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) {
+func ttlReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
 	ms := ops[0].N
+	c.srv.countLookup(ms != -2)
 	if ms < 0 {
 		w.WriteInt(ms)
 		return
@@ -125,7 +150,8 @@ func ttlReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) {
 }
 
 // TYPE key
-func typeReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) {
+func typeReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
+	c.srv.countLookup(ops[0].N == 1)
 	if ops[0].N == 1 {
 		w.WriteString("string")
 	} else {
