@@ -304,3 +304,16 @@ func TestKeyspaceHitsAndMisses(t *testing.T) {
 	assert.Equal(t, "5", h.infoField("keyspace_hits"))
 	assert.Equal(t, "3", h.infoField("keyspace_misses"))
 }
+
+// TestCommandstatsRejected: a command refused before it runs (arity, and
+// a container without its subcommand) counts in rejected_calls, not calls,
+// and is listed although it never ran, as in Redis.
+func TestCommandstatsRejected(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.cmd("GET")
+	h.cmd("GET", "a")
+	h.cmd("CLIENT")
+	stats := h.cmd("INFO", "commandstats")
+	assert.Regexp(t, `cmdstat_get:calls=1,usec=\d+,usec_per_call=\d+\.\d\d,rejected_calls=1,failed_calls=0\r\n`, stats)
+	assert.Contains(t, stats, "cmdstat_client:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0\r\n")
+}

@@ -483,6 +483,7 @@ func (s *Server) resetStats() {
 	reset := func(st *cmdStat) {
 		st.calls.Store(0)
 		st.failed.Store(0)
+		st.rejected.Store(0)
 		st.usec.Store(0)
 	}
 	for _, r := range s.retired {
@@ -647,12 +648,16 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 			all = append(all, cmd.Subcommands...)
 		}
 		for _, cmd := range all {
-			calls, failed, usec := s.commandStat(cmd)
-			if calls == 0 {
+			calls, failed, rejected, usec := s.commandStat(cmd)
+			if calls == 0 && failed == 0 && rejected == 0 {
 				continue
 			}
-			fmt.Fprintf(b, "cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=0,failed_calls=%d\r\n",
-				cmd.Name, calls, usec, float64(usec)/float64(calls), failed)
+			perCall := 0.0
+			if calls > 0 {
+				perCall = float64(usec) / float64(calls)
+			}
+			fmt.Fprintf(b, "cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,failed_calls=%d\r\n",
+				cmd.Name, calls, usec, perCall, rejected, failed)
 		}
 	case "errorstats":
 		b.WriteString("# Errorstats\r\n")
