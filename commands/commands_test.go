@@ -317,3 +317,21 @@ func TestCommandstatsRejected(t *testing.T) {
 	assert.Regexp(t, `cmdstat_get:calls=1,usec=\d+,usec_per_call=\d+\.\d\d,rejected_calls=1,failed_calls=0\r\n`, stats)
 	assert.Contains(t, stats, "cmdstat_client:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0\r\n")
 }
+
+// TestCommandstatsFailed: a command that runs and answers an error is a
+// failed call and counts in errorstats; a call counts once it has run, so
+// INFO does not count itself and CONFIG RESETSTAT does, as in Redis.
+func TestCommandstatsFailed(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.cmd("CONFIG", "RESETSTAT")
+	h.cmd("SELECT", "x")
+	h.cmd("SELECT", "0")
+	h.cmd("AUTH", "nobody", "x")
+	stats := h.cmd("INFO", "commandstats")
+	assert.Regexp(t, `cmdstat_select:calls=2,usec=\d+,usec_per_call=\d+\.\d\d,rejected_calls=0,failed_calls=1\r\n`, stats)
+	assert.Regexp(t, `cmdstat_auth:calls=1,.*,rejected_calls=0,failed_calls=1\r\n`, stats)
+	assert.Regexp(t, `cmdstat_config\|resetstat:calls=1,`, stats)
+	assert.NotContains(t, stats, "cmdstat_info:")
+	assert.Equal(t, "$66\r\n# Errorstats\r\nerrorstat_ERR:count=1\r\nerrorstat_WRONGPASS:count=1\r\n\r\n",
+		h.cmd("INFO", "errorstats"))
+}

@@ -79,8 +79,7 @@ func sumMany(k store.Kind) func(c *Client, w *Out, args [][]byte) {
 			ops := c.ops[:c.nops]
 			c.runNow()
 			if e := opsError(ops); e != "" {
-				c.srv.countError(e)
-				w.WriteError(e)
+				w.WriteError(e) // counted by execOne, as every Run error
 				return
 			}
 			for _, op := range ops {

@@ -488,12 +488,12 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	}
 	c.lastCmd.Store(cmd)
 	st := c.stat(cmd)
-	st.calls.Add(1)
 	run := cmd.Run
 	if cmd.Many != nil && len(args) > maxKeptOps {
 		run = cmd.Many
 	}
 	if cmd.Queue != nil && run == nil {
+		st.calls.Add(1)
 		from := c.nops
 		if e := s.queue(cmd, c, args); e != "" {
 			// The handler queued nothing on error (contract), but be safe.
@@ -506,19 +506,30 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	}
 	s.finish(c, out)
 	start := time.Now()
-	mark := out.Len()
+	mark, bmark := out.Len(), len(out.B)
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
 				out.Truncate(mark)
 				out.WriteError(ErrInternal)
-				st.failed.Add(1)
 				s.log.Error("command panicked", "cmd", cmd.Name, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
 		run(c, out, args)
 	}()
+	// As Redis's call(): the call counts once it has run (INFO does not
+	// count itself, CONFIG RESETSTAT does), and an error reply makes it a
+	// failed call and counts in errorstats.
 	st.usec.Add(time.Since(start).Microseconds())
+	st.calls.Add(1)
+	if len(out.B) > bmark && out.B[bmark] == '-' {
+		st.failed.Add(1)
+		e := out.B[bmark+1:]
+		if i := bytes.IndexByte(e, '\r'); i >= 0 {
+			e = e[:i]
+		}
+		s.countError(string(e))
+	}
 }
 
 // keyTooLong reports whether any of cmd's keys in args is longer than
