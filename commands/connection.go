@@ -59,7 +59,7 @@ func quitCmd(c *Client, w *Out, _ [][]byte) {
 }
 
 // SELECT index
-func selectCmd(_ *Client, w *Out, args [][]byte) {
+func selectCmd(c *Client, w *Out, args [][]byte) {
 	n, ok := parseRedisInt(args[1])
 	if !ok {
 		w.WriteError(ErrNotInteger)
@@ -67,6 +67,10 @@ func selectCmd(_ *Client, w *Out, args [][]byte) {
 	}
 	if n < -2147483648 || n > 2147483647 {
 		w.WriteError(ErrIntRange)
+		return
+	}
+	if n != 0 && c.srv.clusterOn() {
+		w.WriteError("ERR SELECT is not allowed in cluster mode")
 		return
 	}
 	if n != 0 {
