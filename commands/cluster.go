@@ -84,29 +84,38 @@ func (s *Server) clusterOn() bool { return s.cfg.Cluster.Mode != ClusterNo }
 
 // route checks that a keyed command's keys share one slot that this node
 // serves, returning the error reply otherwise (CROSSSLOT, MOVED, CLUSTERDOWN).
+// As Redis's getNodeByQuery, the first key's slot must be served before the
+// other keys are compared with it: with no owner it is CLUSTERDOWN, whatever
+// the other keys' slots.
 func (s *Server) route(cmd *Command, args [][]byte) string {
 	last := cmd.LastKey
 	if last < 0 {
 		last += len(args)
 	}
-	slot := -1
+	emulated := s.cfg.Cluster.Mode == ClusterEmulated
+	t := s.topo.Load()
+	slot, sh := -1, 0
 	for i := cmd.FirstKey; i <= last && i < len(args); i += cmd.Step {
 		sl := cluster.KeySlot(args[i])
-		if slot >= 0 && sl != slot {
+		switch {
+		case slot < 0:
+			slot = sl
+			if emulated {
+				continue
+			}
+			ok := false
+			if t != nil {
+				sh, ok = t.Owner(slot)
+			}
+			if !ok {
+				return ErrClusterDown
+			}
+		case sl != slot:
 			return ErrCrossSlot
 		}
-		slot = sl
 	}
-	if slot < 0 || s.cfg.Cluster.Mode == ClusterEmulated {
+	if slot < 0 || emulated {
 		return ""
-	}
-	t := s.topo.Load()
-	if t == nil {
-		return ErrClusterDown
-	}
-	sh, ok := t.Owner(slot)
-	if !ok {
-		return ErrClusterDown
 	}
 	p := t.Shards[sh].Primary
 	if p.ID == s.myID {
