@@ -5,15 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# redis-cli drives the e2e tests; redis-server checks the benchmark's Lua
-# reference against cellserver. Debian's redis-server package brings both.
+# redis-cli drives the e2e tests; redis-server is the reference of the
+# differential tests (tests/differential_test.go) and checks the benchmark's
+# Lua reference against cellserver. Debian's redis-server package brings both.
 if ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: installing redis-server (redis-cli, redis-server, redis-benchmark)"
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null || true
   fi
   command -v redis-cli >/dev/null 2>&1 || echo "test.sh: WARNING: redis-cli not found and cannot install it; redis-cli tests will SKIP"
-  command -v redis-server >/dev/null 2>&1 || echo "test.sh: WARNING: redis-server not found; the bench Lua tests will SKIP"
+  command -v redis-server >/dev/null 2>&1 || echo "test.sh: WARNING: redis-server not found; the differential and bench Lua tests will SKIP"
 fi
 # ip (iproute2) puts a client in a network namespace, so the e2e tests can
 # check what a non-loopback client may do.

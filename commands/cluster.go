@@ -84,29 +84,38 @@ func (s *Server) clusterOn() bool { return s.cfg.Cluster.Mode != ClusterNo }
 
 // route checks that a keyed command's keys share one slot that this node
 // serves, returning the error reply otherwise (CROSSSLOT, MOVED, CLUSTERDOWN).
+// As Redis's getNodeByQuery, the first key's slot must be served before the
+// other keys are compared with it: with no owner it is CLUSTERDOWN, whatever
+// the other keys' slots.
 func (s *Server) route(cmd *Command, args [][]byte) string {
 	last := cmd.LastKey
 	if last < 0 {
 		last += len(args)
 	}
-	slot := -1
+	emulated := s.cfg.Cluster.Mode == ClusterEmulated
+	t := s.topo.Load()
+	slot, sh := -1, 0
 	for i := cmd.FirstKey; i <= last && i < len(args); i += cmd.Step {
 		sl := cluster.KeySlot(args[i])
-		if slot >= 0 && sl != slot {
+		switch {
+		case slot < 0:
+			slot = sl
+			if emulated {
+				continue
+			}
+			ok := false
+			if t != nil {
+				sh, ok = t.Owner(slot)
+			}
+			if !ok {
+				return ErrClusterDown
+			}
+		case sl != slot:
 			return ErrCrossSlot
 		}
-		slot = sl
 	}
-	if slot < 0 || s.cfg.Cluster.Mode == ClusterEmulated {
+	if slot < 0 || emulated {
 		return ""
-	}
-	t := s.topo.Load()
-	if t == nil {
-		return ErrClusterDown
-	}
-	sh, ok := t.Owner(slot)
-	if !ok {
-		return ErrClusterDown
 	}
 	p := t.Shards[sh].Primary
 	if p.ID == s.myID {
@@ -369,26 +378,9 @@ func clusterKeySlot(c *Client, w *Out, args [][]byte) {
 	}
 }
 
-func parseSlot(b []byte) (int, bool) {
-	n, ok := parseRedisInt(b)
-	if !ok || n < 0 || n >= cluster.SlotCount {
-		return 0, false
-	}
-	return int(n), true
-}
-
-// slotArg parses the slot argument of a CLUSTER subcommand, writing the
-// error reply if cluster mode is off or the slot is invalid.
-func slotArg(c *Client, w *Out, arg []byte) (int, bool) {
-	if !clusterGuard(c, w) {
-		return 0, false
-	}
-	slot, ok := parseSlot(arg)
-	if !ok {
-		w.WriteError(ErrInvalidSlot)
-	}
-	return slot, ok
-}
+// ErrInvalidSlotOrCount is GETKEYSINSLOT's error for a slot out of range
+// or a negative count.
+const ErrInvalidSlotOrCount = "ERR Invalid slot or number of keys"
 
 // runOnSlot runs op on the shard that owns slot.
 func runOnSlot(c *Client, slot int, op *store.Op) {
@@ -399,30 +391,44 @@ func runOnSlot(c *Client, slot int, op *store.Op) {
 
 // CLUSTER COUNTKEYSINSLOT slot
 func clusterCountKeys(c *Client, w *Out, args [][]byte) {
-	slot, ok := slotArg(c, w, args[2])
+	if !clusterGuard(c, w) {
+		return
+	}
+	// As Redis 7.2's clusterCommand: an integer first, then a slot.
+	slot, ok := parseRedisInt(args[2])
 	if !ok {
+		w.WriteError(ErrNotInteger)
+		return
+	}
+	if slot < 0 || slot >= cluster.SlotCount {
+		w.WriteError(ErrInvalidSlot)
 		return
 	}
 	op := c.NewOp()
 	op.Kind = store.OpSlotCount
-	runOnSlot(c, slot, op)
+	runOnSlot(c, int(slot), op)
 	w.WriteInt(op.N)
 }
 
 // CLUSTER GETKEYSINSLOT slot count
 func clusterGetKeys(c *Client, w *Out, args [][]byte) {
-	slot, ok := slotArg(c, w, args[2])
-	if !ok {
+	if !clusterGuard(c, w) {
 		return
 	}
-	n, ok := parseRedisInt(args[3])
-	if !ok || n < 0 {
-		w.WriteError("ERR Invalid number of keys")
+	// As Redis 7.2's clusterCommand: two integers, then one check of both.
+	slot, ok1 := parseRedisInt(args[2])
+	n, ok2 := parseRedisInt(args[3])
+	if !ok1 || !ok2 {
+		w.WriteError(ErrNotInteger)
+		return
+	}
+	if slot < 0 || slot >= cluster.SlotCount || n < 0 {
+		w.WriteError(ErrInvalidSlotOrCount)
 		return
 	}
 	op := c.NewOp()
 	op.Kind, op.Count = store.OpSlotKeys, int(min(n, 1<<30))
-	runOnSlot(c, slot, op)
+	runOnSlot(c, int(slot), op)
 	w.WriteArray(len(op.Keys))
 	for _, k := range op.Keys {
 		w.WriteBulk(k)
@@ -652,8 +658,12 @@ func checkImport(tat uint64, exp, now int64) string {
 	return ""
 }
 
-// CLUSTER HELP
-func clusterHelp(_ *Client, w *Out, _ [][]byte) {
+// CLUSTER HELP: like every CLUSTER subcommand, refused when cluster mode
+// is off (Redis's clusterCommand checks before HELP).
+func clusterHelp(c *Client, w *Out, _ [][]byte) {
+	if !clusterGuard(c, w) {
+		return
+	}
 	lines := []string{
 		"CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 		"COUNTKEYSINSLOT <slot>", "    Return the number of keys in <slot>.",

@@ -264,7 +264,7 @@ func TestInfoAndCommand(t *testing.T) {
 	assert.Equal(t, ":"+itoa(len(h.srv.table))+"\r\n", h.cmd("COMMAND", "COUNT"))
 	ci := h.cmd("COMMAND", "INFO", "cl.throttle", "nosuch")
 	assert.True(t, strings.HasPrefix(ci, "*2\r\n*10\r\n$11\r\ncl.throttle\r\n:-1\r\n*1\r\n+write\r\n:1\r\n:1\r\n:1\r\n"), ci)
-	assert.True(t, strings.HasSuffix(ci, "*-1\r\n"), ci)
+	assert.True(t, strings.HasSuffix(ci, "*0\r\n$-1\r\n"), ci)
 	assert.Contains(t, h.cmd("COMMAND", "DOCS", "get"), "$7\r\nsummary\r\n")
 	assert.Contains(t, h.cmd("CLIENT", "LIST"), "id=1 addr=127.0.0.1:5555 laddr=127.0.0.1:5555 fd=-1 name= age=")
 }
@@ -290,4 +290,48 @@ func BenchmarkExecThrottlePipeline(b *testing.B) {
 		out.B = out.B[:0]
 		srv.Exec(c, cmds, &out)
 	}
+}
+
+// TestKeyspaceHitsAndMisses: like Redis's lookupKeyRead, GET, EXISTS (per
+// key), TTL, PTTL and TYPE count a hit or a miss; DEL and SCAN do not.
+func TestKeyspaceHitsAndMisses(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.cmd("CL.THROTTLE", "k", "1", "1", "60")
+	for _, args := range [][]string{{"GET", "k"}, {"TTL", "k"}, {"PTTL", "nope"}, {"TYPE", "k"}, {"TYPE", "nope"},
+		{"EXISTS", "k", "nope", "k"}, {"DEL", "nope"}, {"SCAN", "0"}} {
+		h.cmd(args...)
+	}
+	assert.Equal(t, "5", h.infoField("keyspace_hits"))
+	assert.Equal(t, "3", h.infoField("keyspace_misses"))
+}
+
+// TestCommandstatsRejected: a command refused before it runs (arity, and
+// a container without its subcommand) counts in rejected_calls, not calls,
+// and is listed although it never ran, as in Redis.
+func TestCommandstatsRejected(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.cmd("GET")
+	h.cmd("GET", "a")
+	h.cmd("CLIENT")
+	stats := h.cmd("INFO", "commandstats")
+	assert.Regexp(t, `cmdstat_get:calls=1,usec=\d+,usec_per_call=\d+\.\d\d,rejected_calls=1,failed_calls=0\r\n`, stats)
+	assert.Contains(t, stats, "cmdstat_client:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0\r\n")
+}
+
+// TestCommandstatsFailed: a command that runs and answers an error is a
+// failed call and counts in errorstats; a call counts once it has run, so
+// INFO does not count itself and CONFIG RESETSTAT does, as in Redis.
+func TestCommandstatsFailed(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.cmd("CONFIG", "RESETSTAT")
+	h.cmd("SELECT", "x")
+	h.cmd("SELECT", "0")
+	h.cmd("AUTH", "nobody", "x")
+	stats := h.cmd("INFO", "commandstats")
+	assert.Regexp(t, `cmdstat_select:calls=2,usec=\d+,usec_per_call=\d+\.\d\d,rejected_calls=0,failed_calls=1\r\n`, stats)
+	assert.Regexp(t, `cmdstat_auth:calls=1,.*,rejected_calls=0,failed_calls=1\r\n`, stats)
+	assert.Regexp(t, `cmdstat_config\|resetstat:calls=1,`, stats)
+	assert.NotContains(t, stats, "cmdstat_info:")
+	assert.Equal(t, "$66\r\n# Errorstats\r\nerrorstat_ERR:count=1\r\nerrorstat_WRONGPASS:count=1\r\n\r\n",
+		h.cmd("INFO", "errorstats"))
 }

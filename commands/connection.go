@@ -4,7 +4,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -60,10 +59,18 @@ func quitCmd(c *Client, w *Out, _ [][]byte) {
 }
 
 // SELECT index
-func selectCmd(_ *Client, w *Out, args [][]byte) {
+func selectCmd(c *Client, w *Out, args [][]byte) {
 	n, ok := parseRedisInt(args[1])
-	if !ok || n < -2147483648 || n > 2147483647 {
+	if !ok {
 		w.WriteError(ErrNotInteger)
+		return
+	}
+	if n < -2147483648 || n > 2147483647 {
+		w.WriteError(ErrIntRange)
+		return
+	}
+	if n != 0 && c.srv.clusterOn() {
+		w.WriteError("ERR SELECT is not allowed in cluster mode")
 		return
 	}
 	if n != 0 {
@@ -281,7 +288,8 @@ func clientSetInfo(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	if !validName(args[3]) {
-		w.WriteError(fmt.Sprintf("ERR %s cannot contain spaces, newlines or special characters.", attr))
+		// Redis 7.2 names the attribute as the client sent it.
+		w.WriteError(fmt.Sprintf("ERR %s cannot contain spaces, newlines or special characters.", cstr(args[2])))
 		return
 	}
 	c.mu.Lock()
@@ -294,37 +302,35 @@ func clientSetInfo(c *Client, w *Out, args [][]byte) {
 	w.WriteOK()
 }
 
-// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID client-id ...]
+// CLIENT LIST [TYPE normal|master|replica|pubsub | ID client-id ...]: one
+// filter, as Redis 7.2 (TYPE only as the last two arguments); an ID is any
+// integer Redis's string2ll accepts.
 func clientList(c *Client, w *Out, args [][]byte) {
 	var ids map[int64]bool
 	typeNormal := true
-	for i := 2; i < len(args); {
-		opt := strings.ToLower(string(args[i]))
-		switch {
-		case opt == "type" && i+1 < len(args):
-			switch strings.ToLower(string(args[i+1])) {
-			case "normal":
-			case "master", "replica", "slave", "pubsub":
-				typeNormal = false
-			default:
-				w.WriteError("ERR Unknown client type '" + cstr(args[i+1]) + "'")
-				return
-			}
-			i += 2
-		case opt == "id" && i+1 < len(args):
-			ids = map[int64]bool{}
-			for i++; i < len(args); i++ {
-				id, err := strconv.ParseInt(string(args[i]), 10, 64)
-				if err != nil || id <= 0 {
-					w.WriteError("ERR Invalid client ID")
-					return
-				}
-				ids[id] = true
-			}
+	switch {
+	case len(args) == 4 && strings.EqualFold(string(args[2]), "type"):
+		switch strings.ToLower(string(args[3])) {
+		case "normal":
+		case "master", "replica", "slave", "pubsub":
+			typeNormal = false
 		default:
-			w.WriteError(ErrSyntax)
+			w.WriteError("ERR Unknown client type '" + cstr(args[3]) + "'")
 			return
 		}
+	case len(args) > 3 && strings.EqualFold(string(args[2]), "id"):
+		ids = map[int64]bool{}
+		for _, a := range args[3:] {
+			id, ok := parseRedisInt(a)
+			if !ok {
+				w.WriteError("ERR Invalid client ID")
+				return
+			}
+			ids[id] = true
+		}
+	case len(args) != 2:
+		w.WriteError(ErrSyntax)
+		return
 	}
 	var b strings.Builder
 	if typeNormal {

@@ -42,3 +42,7 @@ const (
 
 // noPerm is the NOPERM reply for user running cmd (full name).
 func noPerm(user, cmd string) string { return errNoPermUser + user + errNoPermRun + cmd + errNoPermCmd }
+
+// ErrIntRange is Redis's getRangeLongFromObjectOrReply text for an integer
+// outside a C int (SELECT), "must between" and all.
+const ErrIntRange = "ERR value is out of range, value must between -2147483648 and 2147483647"

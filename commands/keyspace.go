@@ -20,7 +20,7 @@ func registerKeyspace(t Table) {
 			Queue: queueEach(store.OpDel), Reply: sumReply, Many: sumMany(store.OpDel)},
 		&Command{Name: "exists", Arity: -2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: -1,
 			Group: "generic", Summary: "Determines whether one or more keys exist.", Since: "1.0.0",
-			Queue: queueEach(store.OpExists), Reply: sumReply, Many: sumMany(store.OpExists)},
+			Queue: queueEach(store.OpExists), Reply: existsReply, Many: sumMany(store.OpExists)},
 		&Command{Name: "pttl", Arity: 2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: 1,
 			Group: "generic", Summary: "Returns the expiration time in milliseconds of a key.", Since: "2.6.0",
 			Queue: queueEach(store.OpPTTL), Reply: pttlReply},
@@ -79,26 +79,38 @@ func sumMany(k store.Kind) func(c *Client, w *Out, args [][]byte) {
 			ops := c.ops[:c.nops]
 			c.runNow()
 			if e := opsError(ops); e != "" {
-				c.srv.countError(e)
-				w.WriteError(e)
+				w.WriteError(e) // counted by execOne, as every Run error
 				return
 			}
 			for _, op := range ops {
 				n += op.N
+				if k == store.OpExists {
+					c.srv.countLookup(op.N > 0)
+				}
 			}
 		}
 		w.WriteInt(n)
 	}
 }
 
+// countLookup counts a key read for INFO's keyspace_hits and
+// keyspace_misses, as Redis's lookupKeyRead does for GET, EXISTS (each
+// key), TTL, PTTL and TYPE.
+func (s *Server) countLookup(found bool) {
+	if found {
+		s.stats.hits.Add(1)
+	} else {
+		s.stats.misses.Add(1)
+	}
+}
+
 // GET key
 func getReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
+	c.srv.countLookup(ops[0].Found)
 	if !ops[0].Found {
-		c.srv.stats.misses.Add(1)
 		w.WriteNull()
 		return
 	}
-	c.srv.stats.hits.Add(1)
 	w.WriteBulkUint(ops[0].TAT)
 }
 
@@ -111,12 +123,24 @@ func sumReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) {
 	w.WriteInt(n)
 }
 
+// EXISTS key [key ...]
+func existsReply(c *Client, w *Out, args [][]byte, ops []*store.Op) {
+	for _, op := range ops {
+		c.srv.countLookup(op.N > 0)
+	}
+	sumReply(c, w, args, ops)
+}
+
 // PTTL key
-func pttlReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) { w.WriteInt(ops[0].N) }
+func pttlReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
+	c.srv.countLookup(ops[0].N != -2)
+	w.WriteInt(ops[0].N)
+}
 
 // TTL key: seconds, rounded to nearest as Redis does.
-func ttlReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) {
+func ttlReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
 	ms := ops[0].N
+	c.srv.countLookup(ms != -2)
 	if ms < 0 {
 		w.WriteInt(ms)
 		return
@@ -125,7 +149,8 @@ func ttlReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) {
 }
 
 // TYPE key
-func typeReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) {
+func typeReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
+	c.srv.countLookup(ops[0].N == 1)
 	if ops[0].N == 1 {
 		w.WriteString("string")
 	} else {
@@ -181,8 +206,8 @@ const scanShardShift = 40
 
 // SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 func scanCmd(c *Client, w *Out, args [][]byte) {
-	cur, err := strconv.ParseUint(string(args[1]), 10, 64)
-	if err != nil {
+	cur, ok := parseScanCursor(args[1])
+	if !ok {
 		w.WriteError(ErrInvalidCursor)
 		return
 	}
@@ -248,6 +273,34 @@ func scanCmd(c *Client, w *Out, args [][]byte) {
 	for _, k := range keys {
 		w.WriteBulk(k)
 	}
+}
+
+// parseScanCursor parses a cursor as Redis 7.2's parseScanCursorOrReply
+// does, with strtoul: no leading space; an optional sign (a negative
+// cursor wraps around, "-1" is 2^64-1); "" is 0; nothing after the digits;
+// no overflow.
+func parseScanCursor(b []byte) (uint64, bool) {
+	s := cstr(b)
+	if s != "" && strings.ContainsRune(" \t\n\v\f\r", rune(s[0])) {
+		return 0, false
+	}
+	neg := false
+	digits := s
+	if digits != "" && (digits[0] == '+' || digits[0] == '-') {
+		neg = digits[0] == '-'
+		digits = digits[1:]
+	}
+	if digits == "" {
+		return 0, s == "" // strtoul read nothing: only the empty string ends there
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // DBSIZE

@@ -286,6 +286,7 @@ func (c *Client) Close() {
 		r := s.retiredStat(i)
 		r.calls.Add(c.stats[i].calls.Load())
 		r.failed.Add(c.stats[i].failed.Load())
+		r.rejected.Add(c.stats[i].rejected.Load())
 		r.usec.Add(c.stats[i].usec.Load())
 	}
 	s.clientsMu.Unlock()
@@ -309,16 +310,17 @@ func (s *Server) retiredStat(i int) *cmdStat {
 }
 
 // commandStat sums a command's counters over closed and live clients.
-func (s *Server) commandStat(cmd *Command) (calls, failed, usec int64) {
+func (s *Server) commandStat(cmd *Command) (calls, failed, rejected, usec int64) {
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
 	r := s.retiredStat(cmd.id)
-	calls, failed, usec = r.calls.Load(), r.failed.Load(), r.usec.Load()
+	calls, failed, rejected, usec = r.calls.Load(), r.failed.Load(), r.rejected.Load(), r.usec.Load()
 	for _, c := range s.clients {
 		if cmd.id < len(c.stats) {
 			st := &c.stats[cmd.id]
 			calls += st.calls.Load()
 			failed += st.failed.Load()
+			rejected += st.rejected.Load()
 			usec += st.usec.Load()
 		}
 	}
@@ -442,7 +444,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	// (COMMAND) does so only without arguments.
 	if len(cmd.Subcommands) > 0 && (cmd.Run == nil || len(args) >= 2) {
 		if len(args) < 2 {
-			c.errSlot(wrongArity(cmd.Name))
+			c.reject(cmd, wrongArity(cmd.Name))
 			return
 		}
 		sub := cmd.sub(args[1])
@@ -453,47 +455,45 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		cmd = sub
 	}
 	if !arityOK(cmd.Arity, len(args)) {
-		c.errSlot(wrongArity(cmd.Name))
-		c.stat(cmd).failed.Add(1)
+		c.reject(cmd, wrongArity(cmd.Name))
 		return
 	}
 	// Redis's order: a protected command, then AUTH, then ACL permissions.
 	if cmd.Protected && !s.debugAllowed(c) {
-		c.errSlot(ErrDebugNotAllowed)
+		c.reject(cmd, ErrDebugNotAllowed)
 		return
 	}
 	if !cmd.NoAuth && !c.authed.Load() {
-		c.errSlot(ErrNoAuth)
+		c.reject(cmd, ErrNoAuth)
 		return
 	}
 	if cmd.admin && !c.isAdmin() {
 		s.stats.cmdDenied.Add(1)
-		c.errSlot(noPerm(c.user(), cmd.Name))
+		c.reject(cmd, noPerm(c.user(), cmd.Name))
 		return
 	}
 	if cmd.FirstKey > 0 && s.cfg.MaxKeyBytes > 0 && s.keyTooLong(cmd, args) {
-		c.errSlot(ErrKeyTooLong)
-		c.stat(cmd).failed.Add(1)
+		c.reject(cmd, ErrKeyTooLong)
 		return
 	}
 	if cmd.FirstKey > 0 && s.clusterOn() {
 		if e := s.route(cmd, args); e != "" {
-			c.errSlot(e)
+			c.reject(cmd, e)
 			return
 		}
 	}
 	if s.cfg.StopWrites && cmd.write && s.st.PersistErr() != nil {
-		c.errSlot(ErrMisconf)
+		c.reject(cmd, ErrMisconf)
 		return
 	}
 	c.lastCmd.Store(cmd)
 	st := c.stat(cmd)
-	st.calls.Add(1)
 	run := cmd.Run
 	if cmd.Many != nil && len(args) > maxKeptOps {
 		run = cmd.Many
 	}
 	if cmd.Queue != nil && run == nil {
+		st.calls.Add(1)
 		from := c.nops
 		if e := s.queue(cmd, c, args); e != "" {
 			// The handler queued nothing on error (contract), but be safe.
@@ -506,19 +506,30 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	}
 	s.finish(c, out)
 	start := time.Now()
-	mark := out.Len()
+	mark, bmark := out.Len(), len(out.B)
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
 				out.Truncate(mark)
 				out.WriteError(ErrInternal)
-				st.failed.Add(1)
 				s.log.Error("command panicked", "cmd", cmd.Name, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
 		run(c, out, args)
 	}()
+	// As Redis's call(): the call counts once it has run (INFO does not
+	// count itself, CONFIG RESETSTAT does), and an error reply makes it a
+	// failed call and counts in errorstats.
 	st.usec.Add(time.Since(start).Microseconds())
+	st.calls.Add(1)
+	if len(out.B) > bmark && out.B[bmark] == '-' {
+		st.failed.Add(1)
+		e := out.B[bmark+1:]
+		if i := bytes.IndexByte(e, '\r'); i >= 0 {
+			e = e[:i]
+		}
+		s.countError(string(e))
+	}
 }
 
 // keyTooLong reports whether any of cmd's keys in args is longer than
@@ -549,6 +560,14 @@ func (s *Server) queue(cmd *Command, c *Client, args [][]byte) (e string) {
 
 func (c *Client) errSlot(e string) {
 	c.slots = append(c.slots, slot{err: e})
+}
+
+// reject answers e instead of running cmd, counted in cmd's rejected_calls
+// as Redis's rejectCommand counts a command refused before it runs (arity,
+// NOAUTH, NOPERM, a redirection, MISCONF).
+func (c *Client) reject(cmd *Command, e string) {
+	c.stat(cmd).rejected.Add(1)
+	c.errSlot(e)
 }
 
 // finish runs the queued ops and writes the replies of every pending slot.

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"runtime"
@@ -23,7 +24,7 @@ func registerServer(t Table) {
 				{Name: "command|info", Arity: -2, Summary: "Returns information about one, multiple or all commands.", Since: "2.8.13"},
 				{Name: "command|docs", Arity: -2, Summary: "Returns documentary information about one, multiple or all commands.", Since: "7.0.0"},
 				{Name: "command|list", Arity: -2, Summary: "Returns a list of command names.", Since: "7.0.0"},
-				{Name: "command|getkeys", Arity: -3, Summary: "Extracts the key names from an arbitrary command.", Since: "2.8.13"},
+				{Name: "command|getkeys", Arity: -4, Summary: "Extracts the key names from an arbitrary command.", Since: "2.8.13"},
 				{Name: "command|help", Arity: 2, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
 			}},
 		&Command{Name: "info", Arity: -1, Flags: []string{"loading", "stale"}, Group: "server",
@@ -212,7 +213,7 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 			if cmd := s.lookupFull(a); cmd != nil {
 				writeCommandInfo(w, cmd)
 			} else {
-				w.WriteNullArray()
+				w.WriteNull() // Redis's addReplyNull: $-1 in RESP2
 			}
 		}
 	case "docs":
@@ -234,21 +235,27 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 			writeCommandDocs(w, cmd, "server")
 		}
 	case "getkeys":
-		cmd := s.table.Lookup(args[2])
+		// Redis's getKeysSubcommandImpl: look the command up as
+		// lookupCommand does (a container's subcommand by the next
+		// argument), then check that it has keys, then its arity.
+		sub := args[2:]
+		cmd := s.table.Lookup(sub[0])
+		if cmd != nil && len(cmd.Subcommands) > 0 {
+			cmd = cmd.sub(sub[1])
+		}
 		if cmd == nil {
 			w.WriteError("ERR Invalid command specified")
 			return
 		}
-		sub := args[2:]
+		if cmd.FirstKey <= 0 {
+			w.WriteError("ERR The command has no key arguments")
+			return
+		}
 		if !arityOK(cmd.Arity, len(sub)) {
 			w.WriteError("ERR Invalid number of arguments specified for command")
 			return
 		}
 		keys := keyArgs(cmd, sub)
-		if len(keys) == 0 {
-			w.WriteError("ERR The command has no key arguments")
-			return
-		}
 		w.WriteArray(len(keys))
 		for _, k := range keys {
 			w.WriteBulk(k)
@@ -408,6 +415,16 @@ func configGet(c *Client, w *Out, args [][]byte) {
 	var out []string
 	seen := map[string]bool{}
 	for _, pat := range args[2:] {
+		// Redis's configGetCommand looks a name without glob characters up
+		// directly and replies with it as the client wrote it.
+		if !bytes.ContainsAny(pat, "[*?") {
+			n := strings.ToLower(string(pat))
+			if v, ok := params[n]; ok && !seen[n] {
+				seen[n] = true
+				out = append(out, string(pat), v)
+			}
+			continue
+		}
 		for _, n := range names {
 			if !seen[n] && store.Match(pat, []byte(n), true) {
 				seen[n] = true
@@ -424,7 +441,7 @@ func configGet(c *Client, w *Out, args [][]byte) {
 // CONFIG SET parameter value [parameter value ...]: nothing can change at run time.
 func configSet(c *Client, w *Out, args [][]byte) {
 	if (len(args)-2)%2 != 0 {
-		w.WriteError(wrongArity("config|set"))
+		w.WriteError(ErrSyntax) // Redis's configSetCommand: an odd argc is a syntax error
 		return
 	}
 	name := strings.ToLower(string(args[2]))
@@ -466,6 +483,7 @@ func (s *Server) resetStats() {
 	reset := func(st *cmdStat) {
 		st.calls.Store(0)
 		st.failed.Store(0)
+		st.rejected.Store(0)
 		st.usec.Store(0)
 	}
 	for _, r := range s.retired {
@@ -630,12 +648,16 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 			all = append(all, cmd.Subcommands...)
 		}
 		for _, cmd := range all {
-			calls, failed, usec := s.commandStat(cmd)
-			if calls == 0 {
+			calls, failed, rejected, usec := s.commandStat(cmd)
+			if calls == 0 && failed == 0 && rejected == 0 {
 				continue
 			}
-			fmt.Fprintf(b, "cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=0,failed_calls=%d\r\n",
-				cmd.Name, calls, usec, float64(usec)/float64(calls), failed)
+			perCall := 0.0
+			if calls > 0 {
+				perCall = float64(usec) / float64(calls)
+			}
+			fmt.Fprintf(b, "cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,failed_calls=%d\r\n",
+				cmd.Name, calls, usec, perCall, rejected, failed)
 		}
 	case "errorstats":
 		b.WriteString("# Errorstats\r\n")

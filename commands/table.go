@@ -57,9 +57,10 @@ type Command struct {
 
 // cmdStat counts one command's calls for INFO commandstats. Each client
 // keeps its own (one writer, no cache line shared between connections);
-// INFO adds them up.
+// INFO adds them up. rejected counts calls refused before running (Redis's
+// rejected_calls), failed those that ran and answered an error.
 type cmdStat struct {
-	calls, failed, usec atomic.Int64
+	calls, failed, rejected, usec atomic.Int64
 }
 
 // Table maps lower-case command names to commands.

@@ -493,7 +493,7 @@ func TestClusterThreeNodesTopology(t *testing.T) {
 		assert.Equal(t, int64(0), cs[i].DBSize(ctx).Val(), "DBSIZE on node %d", i)
 	}
 	assert.EqualError(t, oc.Do(ctx, "CLUSTER", "COUNTKEYSINSLOT", 16384).Err(), "ERR Invalid slot")
-	assert.EqualError(t, oc.Do(ctx, "CLUSTER", "GETKEYSINSLOT", -1, 1).Err(), "ERR Invalid slot")
+	assert.EqualError(t, oc.Do(ctx, "CLUSTER", "GETKEYSINSLOT", -1, 1).Err(), "ERR Invalid slot or number of keys")
 
 	// Multi-key commands: one slot is fine, two slots are CROSSSLOT even when
 	// this node owns both (foo is slot 12182, also node 3's).

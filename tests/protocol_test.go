@@ -43,8 +43,9 @@ func TestProtocolReplies(t *testing.T) {
 		{"unknown COMMAND subcommand", "*2\r\n$7\r\nCOMMAND\r\n$3\r\nFOO\r\n", "-ERR unknown subcommand 'FOO'. Try COMMAND HELP.\r\n"},
 		{"COMMAND GETKEYS arity", "*2\r\n$7\r\nCOMMAND\r\n$7\r\nGETKEYS\r\n", "-ERR wrong number of arguments for 'command|getkeys' command\r\n"},
 		{"COMMAND COUNT arity", "*3\r\n$7\r\nCOMMAND\r\n$5\r\nCOUNT\r\n$1\r\nx\r\n", "-ERR wrong number of arguments for 'command|count' command\r\n"},
-		{"COMMAND GETKEYS no keys", "COMMAND GETKEYS ping\r\n", "-ERR The command has no key arguments\r\n"},
-		{"COMMAND GETKEYS bad arity", "COMMAND GETKEYS get\r\n", "-ERR Invalid number of arguments specified for command\r\n"},
+		{"COMMAND GETKEYS without arguments", "COMMAND GETKEYS get\r\n", "-ERR wrong number of arguments for 'command|getkeys' command\r\n"},
+		{"COMMAND GETKEYS no keys", "COMMAND GETKEYS ping x\r\n", "-ERR The command has no key arguments\r\n"},
+		{"COMMAND GETKEYS bad arity", "COMMAND GETKEYS get a b\r\n", "-ERR Invalid number of arguments specified for command\r\n"},
 		{"COMMAND GETKEYS unknown", "COMMAND GETKEYS foo a\r\n", "-ERR Invalid command specified\r\n"},
 		// Redis parses integers with string2ll: no '+', no leading zeros.
 		{"SELECT 0", "SELECT 0\r\n", "+OK\r\n"},
