@@ -145,7 +145,7 @@ type Server struct {
 	detached sync.WaitGroup // Slow pipelines running off the loops
 	closing  atomic.Bool
 
-	// now is a coarse clock (Unix seconds), as Redis's server.unixtime:
+	// now is a coarse clock (Unix ms, kept by the sweeper every 100 ms), as Redis's
 	// the loops stamp each read with it instead of reading the time.
 	now atomic.Int64
 
@@ -162,7 +162,7 @@ func New(cfg Config, exec *commands.Server) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, exec: exec, stopped: make(chan struct{}), conns: map[*conn]gnet.Conn{}, sweep: make(chan struct{})}
-	s.now.Store(time.Now().Unix())
+	s.now.Store(time.Now().UnixMilli())
 	return s, nil
 }
 
@@ -684,7 +684,7 @@ func (s *Server) outputOK(gc gnet.Conn, c *conn) bool {
 		c.softSince.Store(now)
 		return true
 	}
-	if time.Duration(now-since)*time.Second >= s.cfg.OutputSoftFor {
+	if time.Duration(now-since)*time.Millisecond >= s.cfg.OutputSoftFor {
 		s.overOutput(c, waiting)
 		return false
 	}
@@ -713,7 +713,7 @@ func (s *Server) sweeper() {
 		case <-s.sweep:
 			return
 		case t := <-tk.C:
-			s.now.Store(t.Unix())
+			s.now.Store(t.UnixMilli())
 		}
 		if round++; round%10 != 0 || (s.cfg.IdleTimeout <= 0 && s.cfg.OutputSoft <= 0) {
 			continue
@@ -739,7 +739,7 @@ func (s *Server) sweeper() {
 
 // idle reports whether c sent nothing for IdleTimeout.
 func (s *Server) idle(c *conn, now int64) bool {
-	return s.cfg.IdleTimeout > 0 && time.Duration(now-c.lastIO.Load())*time.Second > s.cfg.IdleTimeout
+	return s.cfg.IdleTimeout > 0 && time.Duration(now-c.lastIO.Load())*time.Millisecond > s.cfg.IdleTimeout
 }
 
 // recheck closes gc if it is still idle or over its soft output limit; on
