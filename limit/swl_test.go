@@ -64,12 +64,14 @@ func TestSWLLog(t *testing.T) {
 // The largest log (10000 entries of cost 1) decides and charges.
 func TestSWLFull(t *testing.T) {
 	l := SWL{Limit: MaxSWLLimit, Window: time.Hour}
-	var state []byte
-	for i := range int64(MaxSWLLimit) {
-		var err error
-		state, _, err = l.AppendCharged(nil, state, msec(i), 1)
-		require.NoError(t, err)
+	s := SWLState{WindowMS: 3600000}
+	for i := range int64(MaxSWLLimit - 1) {
+		s.Entries = append(s.Entries, SWLEntry{TS: floorMS(msec(i)), Cost: 1})
 	}
+	state, err := s.AppendBinary(nil)
+	require.NoError(t, err)
+	state, _, err = l.AppendCharged(nil, state, msec(MaxSWLLimit-1), 1)
+	require.NoError(t, err)
 	assert.Len(t, state, 2+swlHead+MaxSWLLimit*swlEntrySize)
 	r, err := l.Eval(state, msec(MaxSWLLimit), 1, true)
 	require.NoError(t, err)
@@ -77,6 +79,8 @@ func TestSWLFull(t *testing.T) {
 	r, err = l.Eval(state, msec(3600000), 1, true)
 	require.NoError(t, err)
 	assert.Equal(t, r5(0, MaxSWLLimit, 0, -1, 3600000), r, "the first entry has left")
+	_, err = SWLState{WindowMS: 1, Entries: make([]SWLEntry, MaxSWLLimit+1)}.AppendBinary(nil)
+	assert.ErrorIs(t, err, ErrCorrupt, "no log above 10000 entries")
 }
 
 // retry_after is the smallest wait after which the same call is admitted.
