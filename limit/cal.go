@@ -132,11 +132,11 @@ type calWindow struct {
 func (l CAL) window(body []byte, nowMS int64) (calWindow, error) {
 	at := nowMS
 	if body != nil {
-		s, err := calState(body)
+		s, zone, err := calView(body)
 		if err != nil {
 			return calWindow{}, err
 		}
-		if s.Unit == l.Unit && s.Zone == l.Zone.Name() {
+		if s.Unit == l.Unit && string(zone) == l.Zone.Name() {
 			if at = max(at, s.StartMS); at < s.EndMS {
 				return calWindow{s.StartMS, s.EndMS, s.Count}, nil
 			}
@@ -307,33 +307,35 @@ func (s CALState) AppendBinary(dst []byte) ([]byte, error) {
 }
 
 func decodeCAL(body []byte) (State, error) {
-	s, err := calState(body)
+	s, zone, err := calView(body)
 	if err != nil {
 		return nil, err
 	}
+	s.Zone = string(zone)
 	return s, nil
 }
 
-func calState(body []byte) (CALState, error) {
+// calView decodes a body but for the zone name, which it returns as a slice
+// of body: a decision compares it without allocating a string.
+func calView(body []byte) (CALState, []byte, error) {
 	if len(body) < 2 {
-		return CALState{}, ErrCorrupt
+		return CALState{}, nil, ErrCorrupt
 	}
 	u, zl := Unit(body[0]), int(body[1])
 	if !u.valid() || zl == 0 || len(body) != 2+zl+24 {
-		return CALState{}, ErrCorrupt
+		return CALState{}, nil, ErrCorrupt
 	}
 	rest := body[2+zl:]
 	s := CALState{
 		Unit:    u,
-		Zone:    string(body[2 : 2+zl]),
 		StartMS: int64(be.Uint64(rest)),
 		EndMS:   int64(be.Uint64(rest[8:])),
 		Count:   be.Uint64(rest[16:]),
 	}
 	if s.EndMS <= s.StartMS {
-		return CALState{}, ErrCorrupt
+		return CALState{}, nil, ErrCorrupt
 	}
-	return s, nil
+	return s, body[2 : 2+zl], nil
 }
 
 // fields: unit, zone, window_start_ms, window_end_ms, count.

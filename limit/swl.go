@@ -2,7 +2,6 @@ package limit
 
 import (
 	"math"
-	"sort"
 	"time"
 )
 
@@ -61,7 +60,8 @@ func (g swlLog) newest() (int64, bool) {
 	return 0, false
 }
 
-// swlView checks an encoded body and returns its log.
+// swlView checks an encoded body's header and length and returns its log;
+// the entries are checked by whoever reads them (check, eval).
 func swlView(body []byte) (swlLog, error) {
 	if len(body) < swlHead {
 		return swlLog{}, ErrCorrupt
@@ -71,12 +71,18 @@ func swlView(body []byte) (swlLog, error) {
 	if !validWindowMS(g.w) || n > MaxSWLLimit || len(g.b) != n*swlEntrySize {
 		return swlLog{}, ErrCorrupt
 	}
-	for i := range n {
+	return g, nil
+}
+
+// check reports whether the entries are in strictly increasing order, each
+// with a cost of at least 1.
+func (g swlLog) check() error {
+	for i := range g.len() {
 		if g.cost(i) == 0 || (i > 0 && g.ts(i) <= g.ts(i-1)) {
-			return swlLog{}, ErrCorrupt
+			return ErrCorrupt
 		}
 	}
-	return g, nil
+	return nil
 }
 
 // swlEval is an SWL key at one instant.
@@ -103,11 +109,19 @@ func (l SWL) eval(body []byte, nowMS int64) (swlEval, error) {
 			}
 		}
 	}
-	lo := e.at - e.g.w
-	n := e.g.len()
-	e.from = sort.Search(n, func(i int) bool { return e.g.ts(i) > lo })
-	for i := e.from; i < n; i++ {
-		e.used = satAdd(e.used, e.g.cost(i))
+	// One pass checks the log and sums what counts (instant > at - W).
+	lo, prev := e.at-e.g.w, int64(math.MinInt64)
+	e.from = e.g.len()
+	for i := range e.g.len() {
+		ts, c := e.g.ts(i), e.g.cost(i)
+		if c == 0 || (i > 0 && ts <= prev) {
+			return e, ErrCorrupt
+		}
+		prev = ts
+		if ts > lo {
+			e.from = min(e.from, i)
+			e.used = satAdd(e.used, c)
+		}
 	}
 	return e, nil
 }
@@ -249,6 +263,9 @@ func (s SWLState) AppendBinary(dst []byte) ([]byte, error) {
 
 func decodeSWL(body []byte) (State, error) {
 	g, err := swlView(body)
+	if err == nil {
+		err = g.check()
+	}
 	if err != nil {
 		return nil, err
 	}
