@@ -1,13 +1,14 @@
 package limit
 
 import (
+	"archive/zip"
+	"bytes"
+	_ "embed"
+	"errors"
+	"io"
+	"math"
 	"sync"
 	"time"
-
-	// The zone database is part of the binary, so that a machine without
-	// /usr/share/zoneinfo (a scratch container) knows the same zones
-	// (spec §4 CAL). About 450 KB.
-	_ "time/tzdata"
 )
 
 // KindCAL is the calendar window.
@@ -64,32 +65,74 @@ func (z Zone) Location() *time.Location {
 	return z.loc
 }
 
+// zoneinfoZip is the zone database, Go's own lib/time/zoneinfo.zip (the
+// file time/tzdata embeds too), IANA tzdata 2025c from Go 1.26. Zones come
+// only from here, never from the machine's /usr/share/zoneinfo, so that
+// every machine knows the same names with the same rules (spec §2, §4 CAL):
+// a system directory would add hundreds of names, among them "localtime",
+// the machine's own zone. To update it, copy a newer Go's file:
+//
+//go:generate sh -c "cp \"$(go env GOROOT)/lib/time/zoneinfo.zip\" zoneinfo.zip"
+//go:embed zoneinfo.zip
+var zoneinfoZip []byte
+
+// zoneFiles indexes zoneinfoZip by zone name, once.
+var zoneFiles = sync.OnceValues(func() (map[string]*zip.File, error) {
+	r, err := zip.NewReader(bytes.NewReader(zoneinfoZip), int64(len(zoneinfoZip)))
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]*zip.File, len(r.File))
+	for _, f := range r.File {
+		m[f.Name] = f
+	}
+	return m, nil
+})
+
 // zones caches loaded zones by name. It holds only names that loaded, so it
-// is bounded by the database (about 600 names); a *time.Location is
-// immutable and safe to share.
+// is bounded by the database (598 names); a *time.Location is immutable and
+// safe to share.
 var zones sync.Map // string -> *time.Location
 
 // LoadZone returns the zone of an IANA name, case-sensitive and taken as
-// sent (Asia/Calcutta and Asia/Kolkata are two zones, spec §2). The empty
-// name and "Local" are unknown: a limit must not depend on the machine's
-// own zone. The error is an *UnknownZoneError. Safe for concurrent use.
-//
-// The names come from time.LoadLocation: the system's zone files where
-// there are some, else the database embedded in the binary (time/tzdata).
+// sent (Asia/Calcutta and Asia/Kolkata are two zones, spec §2), from the
+// database embedded in the binary. The empty name and "Local" are unknown:
+// a limit must not depend on the machine's own zone. The error is an
+// *UnknownZoneError. Safe for concurrent use.
 func LoadZone(name string) (Zone, error) {
-	if name == "" || name == "Local" || len(name) > maxZoneName {
-		return Zone{}, &UnknownZoneError{Zone: name}
-	}
 	if loc, ok := zones.Load(name); ok {
 		return Zone{name, loc.(*time.Location)}, nil
 	}
-	loc, err := time.LoadLocation(name)
+	loc, err := loadZone(name)
 	if err != nil {
 		return Zone{}, &UnknownZoneError{Zone: name}
 	}
 	zones.Store(name, loc)
 	return Zone{name, loc}, nil
 }
+
+func loadZone(name string) (*time.Location, error) {
+	files, err := zoneFiles()
+	if err != nil {
+		return nil, err
+	}
+	f, ok := files[name]
+	if !ok || name == "" || name == "Local" || len(name) > maxZoneName {
+		return nil, errUnknownZone
+	}
+	rc, err := f.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	return time.LoadLocationFromTZData(name, data)
+}
+
+var errUnknownZone = errors.New("limit: unknown zone")
 
 // maxZoneName is the longest zone name a CAL state can hold (a length byte).
 const maxZoneName = 255
@@ -240,14 +283,36 @@ func firstAtOrAfter(loc *time.Location, wall int64) int64 {
 	for range 64 {
 		tm := time.Unix(t, 0).In(loc)
 		_, off := tm.Zone()
-		_, next := tm.ZoneBounds()
+		next := zoneEnd(tm)
 		c := max(t, wall-int64(off)) // within this offset period, the clock shows wall at wall-off
-		if next.IsZero() || c < next.Unix() {
+		if next == noZoneEnd || c < next {
 			return c
 		}
-		t = next.Unix()
+		t = next
 	}
 	return t
+}
+
+const noZoneEnd = int64(math.MaxInt64)
+
+// zoneEnd is the end of tm's offset period (Unix s, after tm), or noZoneEnd.
+//
+// time.Time.ZoneBounds computes the periods that follow a zone's last
+// listed transition (Go's slim tzdata lists none after 2007 for most zones)
+// from its rule string, and ends the last one of a year at the year's start
+// plus 365 days: one day early in a leap year (go/src/time/zoneinfo.go,
+// tzset; golang/go#81583), so on 31 December the end it gives is before tm.
+// No offset changes there: the period really ends at the next UTC year's
+// start. Without this, every CAL YEAR limit of 2024 in Berlin was wrong.
+func zoneEnd(tm time.Time) int64 {
+	_, end := tm.ZoneBounds()
+	if end.IsZero() {
+		return noZoneEnd
+	}
+	if e := end.Unix(); e > tm.Unix() {
+		return e
+	}
+	return time.Date(tm.UTC().Year()+1, time.January, 1, 0, 0, 0, 0, time.UTC).Unix()
 }
 
 func parseCAL(raw *rawLimit, _ bool) (Limit, uint32, error) {

@@ -192,12 +192,27 @@ func TestLoadZone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, z.Location(), again.Location(), "cached")
 
+	// The embedded data agrees with the Go runtime's own for a zone it has.
+	ref, err := time.LoadLocation("America/Santiago")
+	require.NoError(t, err)
+	santiago, err := LoadZone("America/Santiago")
+	require.NoError(t, err)
+	for _, at := range []string{"2023-09-02T12:00:00Z", "2023-09-03T12:00:00Z", "2024-04-07T12:00:00Z"} {
+		tm, _ := time.Parse(time.RFC3339, at)
+		_, want := tm.In(ref).Zone()
+		_, got := tm.In(santiago.Location()).Zone()
+		assert.Equal(t, want, got, at)
+	}
+
 	utc, err := LoadZone("UTC")
 	require.NoError(t, err)
 	assert.Equal(t, Zone{}.Name(), utc.Name())
 	assert.Equal(t, time.UTC, Zone{}.Location())
 
-	for _, bad := range []string{"", "Local", "Mars/Olympus", "../etc/passwd", "/etc/localtime", strings.Repeat("A", 256)} {
+	// Only the embedded database: names a system zone directory adds (this
+	// machine's own zone among them) are unknown everywhere.
+	for _, bad := range []string{"", "Local", "Mars/Olympus", "../etc/passwd", "/etc/localtime", strings.Repeat("A", 256),
+		"localtime", "posixrules", "posix/Europe/Berlin", "right/UTC", "zone.tab", "Europe", "utc"} {
 		_, err := LoadZone(bad)
 		var ue *UnknownZoneError
 		if assert.ErrorAs(t, err, &ue, bad) {
