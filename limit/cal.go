@@ -345,7 +345,7 @@ func parseCAL(raw *rawLimit, _ bool) (Limit, uint32, error) {
 // Encoding (29 + len(Zone) bytes): kind, version, Unit (1 byte), len(Zone)
 // (1), Zone, StartMS, EndMS, Count (8 bytes each, big-endian). The period's
 // bounds are stored, not recomputed, so a key keeps its period even if the
-// zone's rules change under it.
+// zone's rules change under it. The zero value is invalid (Unit 0).
 type CALState struct {
 	Unit    Unit
 	Zone    string // the zone's name as sent ("UTC" by default), 1..255 bytes

@@ -131,7 +131,7 @@ func parseFW(raw *rawLimit, ms bool) (Limit, uint32, error) {
 
 // FWState is a fixed window's count.
 // Encoding (26 bytes): kind, version, WindowMS, StartMS, Count, each 8
-// bytes big-endian.
+// bytes big-endian. The zero value is invalid (WindowMS 0).
 type FWState struct {
 	WindowMS int64  // the window length W, ms (1..MaxWindow)
 	StartMS  int64  // the window's start, Unix ms, a multiple of WindowMS

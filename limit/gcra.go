@@ -129,6 +129,8 @@ func parseGCRA(raw *rawLimit, ms bool) (Limit, uint32, error) {
 
 // GCRAState is CL.THROTTLE's state: the theoretical arrival time.
 // Encoding: kind, version, TAT (8 bytes, big-endian).
+//
+// The zero value is a TAT in 1970: a key with no debt.
 type GCRAState struct {
 	TAT uint64 // ns since the Unix epoch (CL.THROTTLE's stored u64; GET returns it)
 }

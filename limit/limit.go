@@ -88,6 +88,11 @@ var algorithms = [...]*algorithm{
 	KindCAL:  &calAlgorithm,
 }
 
+// Valid reports whether k is one of the algorithms. CL.RESET removes (and
+// counts) exactly the keys whose value is a state of a valid kind, i.e.
+// Valid(KindOf(value)).
+func (k Kind) Valid() bool { return k.algorithm() != nil }
+
 func (k Kind) algorithm() *algorithm {
 	if int(k) < len(algorithms) {
 		return algorithms[k]
@@ -116,7 +121,7 @@ func (k Kind) TypeName() string {
 
 // Limit is one validated limit definition: an algorithm and its parameters
 // (not the key, not the cost). Its implementations are [GCRA], [FW], [SWC],
-// [SWL] and [CAL]; the interface is closed.
+// [SWL] and [CAL]; the interface is closed. Limits are values, safe to share.
 //
 // The state arguments are a key's encoded state, nil when the key is
 // missing (or expired). A state of another kind is [ErrWrongType]; a state
@@ -137,12 +142,21 @@ type Limit interface {
 	// otherwise it returns an error. dst must not overlap state.
 	AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, int64, error)
 	// Validate reports whether the parameters are in the spec's ranges,
-	// with the error the grammar would give.
+	// with the error the grammar would give with MS (durations in ms).
 	Validate() error
+
+	sealed() // only this package's types are limits
 }
 
+func (GCRA) sealed() {}
+func (FW) sealed()   {}
+func (SWC) sealed()  {}
+func (SWL) sealed()  {}
+func (CAL) sealed()  {}
+
 // R5 is one limit's reply, the shape of CL.THROTTLE's:
-// [limited, limit, remaining, retry_after, reset_after].
+// [limited, limit, remaining, retry_after, reset_after]. Durations are in the
+// call's unit: seconds rounded up, or ms with MS.
 type R5 struct {
 	Limited    bool  // this limit rejects the call
 	Limit      int64 // the limit (GCRA: max_burst+1)
@@ -151,7 +165,8 @@ type R5 struct {
 	ResetAfter int64 // s (rounded up) or ms until the state has run out; 0 when empty
 }
 
-// Options are a call's global options.
+// Options are a call's global options. The zero value charges and replies
+// in seconds.
 type Options struct {
 	Peek bool // decide, charge nothing, write nothing
 	MS   bool // every duration in the call, arguments and reply, is in ms

@@ -8,6 +8,7 @@ import (
 )
 
 // Spec is one limit of a call: its key, its limit and the cost charged to it.
+// The zero value is invalid (no limit).
 type Spec struct {
 	Key   []byte // aliases the argument it was parsed from
 	Limit Limit

@@ -158,7 +158,7 @@ func parseSWC(raw *rawLimit, ms bool) (Limit, uint32, error) {
 
 // SWCState is a sliding-window counter's two counts.
 // Encoding (34 bytes): kind, version, WindowMS, StartMS, Prev, Cur, each 8
-// bytes big-endian.
+// bytes big-endian. The zero value is invalid (WindowMS 0).
 type SWCState struct {
 	WindowMS int64  // the window length W, ms (1..MaxWindow)
 	StartMS  int64  // the current window's start, Unix ms, a multiple of WindowMS

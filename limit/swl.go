@@ -226,7 +226,8 @@ func parseSWL(raw *rawLimit, ms bool) (Limit, uint32, error) {
 
 // SWLState is a sliding-window log.
 // Encoding (14 + 12n bytes): kind, version, WindowMS (8 bytes), n (4), then
-// n entries of TS (8) and Cost (4), all big-endian, in increasing TS.
+// n entries of TS (8) and Cost (4), all big-endian, in increasing TS. The
+// zero value is invalid (WindowMS 0); an empty log is valid.
 type SWLState struct {
 	WindowMS int64      // the window length W, ms (1..MaxWindow)
 	Entries  []SWLEntry // at most MaxSWLLimit, strictly increasing TS, each Cost >= 1
