@@ -183,7 +183,7 @@ func (x *executor) run(now int64, argv [][]byte) any {
 		}
 		n := int64(0)
 		for _, k := range keys {
-			if _, ok := x.get(string(k), now); ok {
+			if e, ok := x.get(string(k), now); ok && KindOf(e.state).Valid() {
 				delete(x.keys, string(k))
 				n++
 			}

@@ -89,8 +89,8 @@ var algorithms = [...]*algorithm{
 }
 
 // Valid reports whether k is one of the algorithms. CL.RESET removes (and
-// counts) exactly the keys whose value is a state of a valid kind, i.e.
-// Valid(KindOf(value)).
+// counts) exactly the keys whose value is a limiter state:
+// KindOf(value).Valid().
 func (k Kind) Valid() bool { return k.algorithm() != nil }
 
 func (k Kind) algorithm() *algorithm {

@@ -67,7 +67,7 @@ func checkState(b []byte, k Kind) ([]byte, error) {
 		return nil, nil
 	}
 	if KindOf(b) != k {
-		if len(b) == 0 || Kind(b[0]).algorithm() == nil {
+		if !KindOf(b).Valid() {
 			return nil, ErrCorrupt
 		}
 		return nil, ErrWrongType
