@@ -1,0 +1,205 @@
+package limit
+
+import "time"
+
+// KindFW is the fixed window.
+const KindFW Kind = 2
+
+var fwAlgorithm = algorithm{
+	kind: KindFW, name: "FW", label: "fw", nargs: 2,
+	parse: parseFW, decode: decodeFW,
+}
+
+// FW is FW <limit> <window>: at most Limit units of cost per window, the
+// windows aligned to the Unix epoch ([iW, (i+1)W), so FW n 60 is per UTC
+// minute). The zero value is invalid.
+type FW struct {
+	Limit  uint32        // cost allowed per window, at least 1
+	Window time.Duration // whole ms, 1 ms..MaxWindow
+}
+
+// Kind returns KindFW.
+func (FW) Kind() Kind { return KindFW }
+
+// Validate checks Limit and Window (a RangeError in ms).
+func (l FW) Validate() error { return validateLimitWindow(l.Limit, l.Window) }
+
+func validateLimitWindow(lim uint32, w time.Duration) error {
+	if lim == 0 {
+		return &RangeError{"limit", 1, MaxValue}
+	}
+	if !validWindow(w) {
+		return &RangeError{"window", 1, maxWindowMS}
+	}
+	return nil
+}
+
+// fwWindow is the window a call is evaluated in and the count already in it.
+type fwWindow struct {
+	w, start int64  // ms
+	n        uint64 // stored count if the stored window is this one, else 0
+}
+
+// window finds the window of now_ms, or of the stored window's start when
+// the clock is behind it (spec §3: a clock that goes back never lowers a
+// count). A state of another window length is a fresh key.
+func (l FW) window(body []byte, nowMS int64) (fwWindow, error) {
+	x := fwWindow{w: l.Window.Milliseconds()}
+	at := nowMS
+	var s FWState
+	same := false
+	if body != nil {
+		var err error
+		if s, err = fwState(body); err != nil {
+			return x, err
+		}
+		if same = s.WindowMS == x.w; same {
+			at = max(at, s.StartMS)
+		}
+	}
+	x.start = floorDiv(at, x.w) * x.w
+	if same && s.StartMS == x.start {
+		x.n = s.Count
+	}
+	return x, nil
+}
+
+// Eval: admits iff n + cost <= Limit (spec §4 FW).
+func (l FW) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
+	body, err := checkState(state, KindFW)
+	if err != nil {
+		return R5{}, err
+	}
+	nowMS := floorMS(now)
+	x, err := l.window(body, nowMS)
+	if err != nil {
+		return R5{}, err
+	}
+	return windowR5(uint64(l.Limit), x.n, uint64(cost), x.start+x.w-nowMS, ms), nil
+}
+
+// windowR5 is FW's and CAL's R5 for count n, a charge of c and toEnd ms
+// from the real now to the window's end.
+func windowR5(lim, n, c uint64, toEnd int64, ms bool) R5 {
+	r := R5{Limit: int64(lim), RetryAfter: -1}
+	if after := satAdd(n, c); after <= lim {
+		r.Remaining = int64(lim - after)
+		if after > 0 {
+			r.ResetAfter = reply(toEnd, ms)
+		}
+		return r
+	}
+	r.Limited = true
+	if n < lim {
+		r.Remaining = int64(lim - n)
+	}
+	if c <= lim {
+		r.RetryAfter = reply(toEnd, ms)
+	}
+	if n > 0 {
+		r.ResetAfter = reply(toEnd, ms)
+	}
+	return r
+}
+
+// AppendCharged: the window's count grows by cost; the key expires at the
+// window's end.
+func (l FW) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, int64, error) {
+	body, err := checkState(state, KindFW)
+	if err != nil {
+		return dst, 0, err
+	}
+	x, err := l.window(body, floorMS(now))
+	if err != nil {
+		return dst, 0, err
+	}
+	n := satAdd(x.n, uint64(cost))
+	if cost == 0 || n > uint64(l.Limit) {
+		return dst, 0, ErrNotAdmitted
+	}
+	s := FWState{WindowMS: x.w, StartMS: x.start, Count: n}
+	return s.appendTo(dst), x.start + x.w, nil
+}
+
+func parseFW(raw *rawLimit, ms bool) (Limit, uint32, error) {
+	lim, w, cost, err := parseLimitWindow(raw, ms)
+	if err != nil {
+		return nil, 0, err
+	}
+	return FW{Limit: lim, Window: w}, cost, nil
+}
+
+// FWState is a fixed window's count.
+// Encoding (26 bytes): kind, version, WindowMS, StartMS, Count, each 8
+// bytes big-endian. The zero value is invalid (WindowMS 0).
+type FWState struct {
+	WindowMS int64  // the window length W, ms (1..MaxWindow)
+	StartMS  int64  // the window's start, Unix ms, a multiple of WindowMS
+	Count    uint64 // cost charged in the window
+}
+
+const fwBody = 24
+
+// Kind returns KindFW.
+func (FWState) Kind() Kind { return KindFW }
+
+// AppendBinary appends the 26-byte encoding.
+func (s FWState) AppendBinary(dst []byte) ([]byte, error) { return s.appendTo(dst), nil }
+
+func (s FWState) appendTo(dst []byte) []byte {
+	dst = appendHeader(dst, KindFW)
+	dst = be.AppendUint64(dst, uint64(s.WindowMS))
+	dst = be.AppendUint64(dst, uint64(s.StartMS))
+	return be.AppendUint64(dst, s.Count)
+}
+
+func decodeFW(body []byte) (State, error) {
+	s, err := fwState(body)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func fwState(body []byte) (FWState, error) {
+	if len(body) != fwBody {
+		return FWState{}, ErrCorrupt
+	}
+	s := FWState{
+		WindowMS: int64(be.Uint64(body)),
+		StartMS:  int64(be.Uint64(body[8:])),
+		Count:    be.Uint64(body[16:]),
+	}
+	if !validWindowMS(s.WindowMS) || s.StartMS%s.WindowMS != 0 {
+		return FWState{}, ErrCorrupt
+	}
+	return s, nil
+}
+
+func validWindowMS(w int64) bool { return 1 <= w && w <= maxWindowMS }
+
+// fields: window_ms, window_start_ms, count.
+func (s FWState) fields() []Field {
+	return []Field{{"window_ms", s.WindowMS}, {"window_start_ms", s.StartMS}, {"count", satInt(s.Count)}}
+}
+
+// merge: the same window's counts add up; of two windows the later is kept
+// (the other's counts are already out of their window); other window
+// lengths: see pickLater. The expiry is the kept window's end.
+func (s FWState) merge(other State, _ int64) (State, int64) {
+	o := other.(FWState)
+	if s.WindowMS == o.WindowMS && s.StartMS == o.StartMS {
+		m := FWState{s.WindowMS, s.StartMS, satAdd(s.Count, o.Count)}
+		return m, m.StartMS + m.WindowMS
+	}
+	var m FWState
+	if s.WindowMS == o.WindowMS {
+		m = s
+		if o.StartMS > s.StartMS {
+			m = o
+		}
+	} else {
+		m = pickLater(s, o, s.StartMS, o.StartMS, s.WindowMS, o.WindowMS).(FWState)
+	}
+	return m, m.StartMS + m.WindowMS
+}
