@@ -145,8 +145,9 @@ type Server struct {
 	detached sync.WaitGroup // Slow pipelines running off the loops
 	closing  atomic.Bool
 
-	// now is a coarse clock (Unix ms, kept by the sweeper every 100 ms), as Redis's
-	// the loops stamp each read with it instead of reading the time.
+	// now is a coarse clock (Unix ms, kept by the sweeper every 100 ms), as
+	// Redis's server.unixtime: the loops stamp each read with it instead of
+	// reading the time.
 	now atomic.Int64
 
 	connsMu sync.Mutex
