@@ -336,14 +336,29 @@ func (sh *shard) step() {
 // progress, the deletions, and every key changed since.
 func (sh *shard) writeDirty() {
 	sh.startWriteOut()
-	sh.writeStep(len(sh.writing))
+	sh.writeRest()
+}
+
+// writeRest writes the rest of the write-out in progress, a record per
+// writeChunk keys. (A record is one Pebble value, and a table block is at
+// least one value: when a block's checksum fails, Pebble retries it with
+// each of its first 40 KiB's bits flipped, a checksum of the whole block
+// each time, which on a block of megabytes takes a minute before a damaged
+// dir can be refused.)
+func (sh *shard) writeRest() {
+	for {
+		sh.writeStep(writeChunk)
+		if len(sh.writing) == 0 { // writeStep empties it when done
+			return
+		}
+	}
 }
 
 // startWriteOut makes the keys changed since the last write-out the
 // write-out in progress, first finishing the previous one.
 func (sh *shard) startWriteOut() {
 	if sh.writePos < len(sh.writing) {
-		sh.writeStep(len(sh.writing))
+		sh.writeRest()
 	}
 	sh.flushDels()
 	sh.dels, sh.delsPeak = reuse(sh.dels, sh.delsPeak), 0
@@ -377,6 +392,10 @@ func (sh *shard) writeStep(limit int) {
 	}
 }
 
+// delsRecord is the most bytes of deletions flushDels puts in one record
+// (about as many as a write-out record of writeChunk keys holds).
+const delsRecord = 64 << 10
+
 // warmGroup is how many entries warmEntries touches ahead of their use.
 const warmGroup = 32
 
@@ -393,12 +412,23 @@ func (sh *shard) warmEntries(eis []uint32) {
 	}
 }
 
-// flushDels appends the pending deletions to pb as a record.
+// flushDels appends the pending deletions to pb, as records of about
+// delsRecord bytes at most (see writeRest).
 func (sh *shard) flushDels() {
 	if sh.ndels == 0 {
 		return
 	}
-	sh.addRecord(sh.dels, sh.ndels)
+	b, from, n := sh.dels, 0, 0
+	for r := (recReader{b: b}); r.next(); {
+		n++
+		if at := len(b) - len(r.b); at-from >= delsRecord {
+			sh.addRecord(b[from:at], n)
+			from, n = at, 0
+		}
+	}
+	if n > 0 {
+		sh.addRecord(b[from:], n)
+	}
 	sh.delsPeak = max(sh.delsPeak, len(sh.dels))
 	sh.dels, sh.ndels = sh.dels[:0], 0
 }
