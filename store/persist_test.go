@@ -166,7 +166,9 @@ func TestDataDirRefusals(t *testing.T) {
 		}
 	}
 	_, err = New(Config{Shards: 2, DataDir: corrupt})
-	assert.ErrorContains(t, err, "cannot open data dir")
+	assert.ErrorContains(t, err, "is corrupt")
+	assert.ErrorContains(t, err, "MANIFEST")
+	assert.NotContains(t, err.Error(), "\n")
 }
 
 // TestWriteErrorsServeFromMemoryAndRetry injects write errors with errorfs:

@@ -29,6 +29,7 @@ type shard struct {
 	p       *persister
 	pb      *pebble.Batch
 	pbCount int64
+	pbRecs  int64           // log records in pb
 	spare   chan spareBatch // committed batches, for reuse
 	sent    uint64          // requests sent to the committer
 	synced  atomic.Uint64   // requests the committer has finished
@@ -459,6 +460,7 @@ func (sh *shard) addRecord(rec []byte, n int) {
 		b := sh.batchSized(logKeyLen + len(rec) + 16)
 		_ = b.Set(logKey(&k, sh.p.seq.Add(1)), rec, nil)
 		sh.pbCount += int64(n)
+		sh.pbRecs++
 	}
 }
 
@@ -490,13 +492,13 @@ func (sh *shard) sendChanges(wg *sync.WaitGroup) {
 	always := sh.p.policy == FsyncAlways
 	if sh.pb != nil || sh.snapDone != 0 {
 		sh.sent++
-		r := commitReq{b: sh.pb, count: sh.pbCount, sh: sh, n: sh.sent, snap: sh.snap}
+		r := commitReq{b: sh.pb, count: sh.pbCount, recs: sh.pbRecs, sh: sh, n: sh.sent, snap: sh.snap}
 		if sh.snapDone != 0 {
 			r.round, r.start = sh.snapDone, sh.snapStart
 			sh.snapDone = 0
 		}
 		sh.p.pending.Add(sh.pbCount)
-		sh.pb, sh.pbCount = nil, 0
+		sh.pb, sh.pbCount, sh.pbRecs = nil, 0, 0
 		sh.snap = false
 		if always {
 			r.wg = wg
@@ -565,7 +567,7 @@ func (sh *shard) snapshot() {
 	}
 	if sh.pb != nil {
 		_ = sh.pb.Close()
-		sh.pb, sh.pbCount = nil, 0
+		sh.pb, sh.pbCount, sh.pbRecs = nil, 0, 0
 	}
 	sh.batchSized(sh.t.len()*setSize + (sh.t.len()/snapChunk+2)*(logKeyLen+16))
 	sh.clearDirty()
