@@ -45,7 +45,8 @@ import (
 // WAL cut within its last second's records after a crash still passes as a
 // torn tail; after a clean shutdown any loss is caught.
 const (
-	markFile = "cellserver.mark"
+	markFile    = "cellserver.mark"
+	ballastFile = "cellserver.ballast"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -133,6 +134,7 @@ type dataDir struct {
 	log     *slog.Logger
 	lock    *pebble.Lock
 	events  *pebbleEvents
+	space   *diskSpace
 	ro      bool   // the DB open returned is read-only
 	mark    uint64 // synced records per the mark (0: no mark)
 	hasMark bool
@@ -157,6 +159,11 @@ func openDataDir(cfg *Config) (*dataDir, *pebble.DB, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: cannot read data dir %s: %w", d.dir, err)
 	}
+	var total uint64
+	if u, err := fs.GetDiskUsage(d.dir); err == nil {
+		total = u.TotalBytes
+	}
+	cfg.ensureDiskDefaults(total)
 	fresh := !looksLikePebble(names)
 	if len(names) > 0 && fresh {
 		return nil, nil, fmt.Errorf("store: data dir %s is not empty and holds no cellserver data; refusing to use it (choose an empty or new directory)", d.dir)
@@ -164,7 +171,8 @@ func openDataDir(cfg *Config) (*dataDir, *pebble.DB, error) {
 	if d.lock, err = pebble.LockDirectory(d.dir, fs); err != nil {
 		return nil, nil, fmt.Errorf("%w: %s (%v)", ErrDataDirInUse, d.dir, err)
 	}
-	d.events = newPebbleEvents(cfg.Logger)
+	d.space = newDiskSpace(fs, d.dir, cfg)
+	d.events = newPebbleEvents(cfg.Logger, d.space)
 	db, err := d.open(fresh)
 	if err != nil {
 		d.close()
@@ -409,13 +417,18 @@ func oneLine(s string) string {
 }
 
 // writable closes the read-only DB the log was loaded from (if it is) and
-// opens the dir for writing.
+// opens the dir for writing. Pebble flushes the WAL it replays before Open returns,
+// and on a full disk it would retry that flush forever: so the space it
+// needs is checked first (the ballast is given up for it if need be).
 func (d *dataDir) writable(ro *pebble.DB, committed uint64) (*pebble.DB, error) {
 	if !d.ro {
 		return ro, nil // created or converted: already writable
 	}
 	if err := guard(ro.Close); err != nil {
 		return nil, fmt.Errorf("store: data dir %s: %w", d.dir, err)
+	}
+	if err := d.space.roomToOpen(d.walBytes()); err != nil {
+		return nil, err
 	}
 	db, err := d.pebbleOpen(false)
 	if err != nil {
@@ -432,9 +445,28 @@ func (d *dataDir) writable(ro *pebble.DB, committed uint64) (*pebble.DB, error) 
 	return db, nil
 }
 
+// walBytes is the size of the WAL files a writable open replays and flushes.
+func (d *dataDir) walBytes() uint64 {
+	logs, err := wal.Scan(wal.Dir{FS: d.fs, Dirname: d.dir})
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, ll := range logs {
+		s, _ := ll.PhysicalSize()
+		n += s
+	}
+	return n
+}
+
 // reopen opens the dir for writing again after a fatal Pebble error (the
 // committer closed the broken DB; the lock is still held).
-func (d *dataDir) reopen() (*pebble.DB, error) { return d.pebbleOpen(false) }
+func (d *dataDir) reopen() (*pebble.DB, error) {
+	if err := d.space.roomToOpen(d.walBytes()); err != nil {
+		return nil, err
+	}
+	return d.pebbleOpen(false)
+}
 
 // close releases the dir's lock (after its DB is closed).
 func (d *dataDir) close() {

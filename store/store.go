@@ -59,8 +59,22 @@ type Config struct {
 	// faults through it (pebble's vfs/errorfs).
 	FS vfs.FS
 	// MemTableSize is Pebble's memtable size in bytes: how much is
-	// buffered (and how large the log grows) before a flush. Default 16 MiB.
+	// buffered (and how large the log grows) before a flush. Default 16 MiB,
+	// or a 32nd of the data dir's file system if that is less (at least
+	// 256 KiB): the space kept free below scales with it, so that a small
+	// disk is not all reserve.
 	MemTableSize uint64
+	// DiskReserve is the free space in bytes below which nothing more is
+	// written to Pebble (changes wait in memory and are written once space
+	// comes back): room for what Pebble may still write on its own, a new
+	// WAL's preallocation (1.1 memtables), a flush (one) and some
+	// compaction output. Default 4 * MemTableSize.
+	DiskReserve uint64
+	// BallastSize is the size in bytes of the file of zeros kept in the data
+	// dir and deleted when space runs short, so that Pebble's work in flight
+	// and a restart's flush of its WAL (up to two memtables) have room.
+	// Default 2 * MemTableSize; negative: no ballast.
+	BallastSize int64
 	// RecoverCorrupt starts from a damaged data dir anyway, with what is
 	// readable: a WAL that lost synced records, or one Pebble finds corrupt
 	// (kept as NAME.corrupt and cut where its readable records end). The
@@ -91,8 +105,22 @@ func (c *Config) EnsureDefaults() {
 	if c.PersistInterval == 0 {
 		c.PersistInterval = time.Second
 	}
+}
+
+// ensureDiskDefaults fills the fields whose defaults depend on the size in
+// bytes of the data dir's file system (0: unknown).
+func (c *Config) ensureDiskDefaults(total uint64) {
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 16 << 20
+		if total > 0 {
+			c.MemTableSize = min(max(total/32, 256<<10), 16<<20)
+		}
+	}
+	if c.DiskReserve == 0 {
+		c.DiskReserve = 4 * c.MemTableSize
+	}
+	if c.BallastSize == 0 {
+		c.BallastSize = int64(2 * c.MemTableSize)
 	}
 }
 
@@ -131,11 +159,15 @@ func New(cfg Config) (*Store, error) {
 		if dd, db, err = openDataDir(&s.cfg); err != nil {
 			return nil, err
 		}
+		cfg = s.cfg // with the disk's defaults
 		s.p = newPersister(db, cfg.Fsync, cfg.Logger)
 		s.p.dd = dd
 		s.p.reopen = dd.reopen
 		s.p.resync = s.resync
 		s.p.startRound = s.snapshotRound
+		if t := int64(dd.space.total); t > 0 {
+			s.p.snapMin = min(s.p.snapMin, t/8) // a small disk must not fill with old records first
+		}
 	}
 	seed := maphash.MakeSeed()
 	for i := 0; i < cfg.Shards; i++ {
