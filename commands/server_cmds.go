@@ -608,6 +608,7 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 		line("last_fsync_time", ps.LastFsync.Unix())
 		line("disk_bytes", ps.DiskBytes)
 		line("snapshot_rounds", ps.Snapshots)
+		line("corrupt_records_lost", ps.CorruptRecordsLost)
 		line("stop_writes_on_persist_error", map[bool]string{true: "yes", false: "no"}[s.cfg.StopWrites])
 	case "stats":
 		st := s.st.Stats()

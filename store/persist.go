@@ -5,16 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/sstable"
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/cellserver/cellserver/cluster"
 )
@@ -63,8 +58,13 @@ func (f Fsync) String() string {
 //	's' slot(2) keylen(uvarint) key tat(8) expiry(8)   the key's state
 //	'd' slot(2) keylen(uvarint) key                    the key is gone
 //	'r' lo(2) hi(2)                                    slots [lo, hi) are empty
+//	'c' count(8)                                       log records committed so far
 //
-// Numbers are big endian, the expiry in Unix ms. Replaying the records in
+// Numbers are big endian, the expiry in Unix ms. The committer adds a 'c'
+// record to every commit, counting the shards' records committed since the
+// dir was created (what the mark file checks at load, see open.go); it lives
+// in the log's own key range, numbered at commit, so that the log stays one
+// stream of ascending keys. Replaying the records in
 // order rebuilds the keyspace, whatever the number of shards that wrote them.
 // A shard numbers a record when it builds it, so each shard's records are
 // in the order of its changes, and a key's records all come from the shard
@@ -87,6 +87,7 @@ const (
 	recSet      = 's'
 	recDel      = 'd'
 	recDrop     = 'r'
+	recCount    = 'c'
 	valueLen    = 16
 	logKeyLen   = 9
 	formatKey   = "mformat"
@@ -105,6 +106,9 @@ const MaxOpenFiles = 256
 
 // snapMinBytes is the least log that starts a snapshot round (tests lower it).
 var snapMinBytes int64 = 16 << 20
+
+// errCorruptLog: a log record that Pebble read intact does not decode.
+var errCorruptLog = errors.New("store: corrupt log record")
 
 // ErrDataDirInUse: another process holds the data dir's lock.
 var ErrDataDirInUse = errors.New("store: data dir is in use by another process")
@@ -129,6 +133,11 @@ func appendKeyEntry(dst []byte, kind byte, slot int, key []byte) []byte {
 	return append(dst, key...)
 }
 
+// appendCount appends "n records committed so far" to a record.
+func appendCount(dst []byte, n uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, recCount), n)
+}
+
 // appendDrop appends "slots [lo, hi) are empty" to a record.
 func appendDrop(dst []byte, lo, hi int) []byte {
 	return append(dst, recDrop, byte(lo>>8), byte(lo), byte(hi>>8), byte(hi))
@@ -136,14 +145,15 @@ func appendDrop(dst []byte, lo, hi int) []byte {
 
 // recReader decodes a record's entries: for r.next() { r.kind ... }.
 type recReader struct {
-	b    []byte
-	kind byte
-	slot int // recSet, recDel; recDrop: lo
-	hi   int // recDrop
-	key  []byte
-	tat  uint64
-	exp  int64
-	bad  bool
+	b     []byte
+	kind  byte
+	slot  int // recSet, recDel; recDrop: lo
+	hi    int // recDrop
+	key   []byte
+	tat   uint64
+	exp   int64
+	count uint64 // recCount
+	bad   bool
 }
 
 func (r *recReader) next() bool {
@@ -156,6 +166,14 @@ func (r *recReader) next() bool {
 	}
 	r.kind, r.slot = r.b[0], int(r.b[1])<<8|int(r.b[2])
 	switch r.kind {
+	case recCount:
+		if len(r.b) < 9 {
+			r.bad = true
+			return false
+		}
+		r.count = binary.BigEndian.Uint64(r.b[1:])
+		r.b = r.b[9:]
+		return true
 	case recDrop:
 		r.hi = int(r.b[3])<<8 | int(r.b[4])
 		r.b = r.b[5:]
@@ -200,398 +218,9 @@ type PersistStats struct {
 	DiskBytes     uint64
 	Pending       int64 // changes waiting to be committed
 	Snapshots     int64 // snapshot rounds finished (old records deleted)
-}
-
-// persister is the group committer: shard owners hand it batches of changes
-// and one goroutine commits them to Pebble, many per write, syncing per the
-// policy. Shards never wait for the disk except under FsyncAlways, and even
-// then only their clients' replies wait, not the owner.
-type persister struct {
-	dbp    atomic.Pointer[pebble.DB]
-	reopen func() (*pebble.DB, error) // opens the data dir again after a fatal error
-	resync func()                     // has every shard rewrite its keys (after reopen)
-	policy Fsync
-	log    *slog.Logger
-	in     chan commitReq
-	quit   chan struct{}
-	done   chan struct{}
-
-	lastErr     atomic.Pointer[string]
-	writeErrors atomic.Int64
-	commits     atomic.Int64
-	changes     atomic.Int64
-	pending     atomic.Int64
-	lastFsync   atomic.Int64 // Unix ns
-	keysLoaded  atomic.Int64
-	expiredLoad atomic.Int64
-	loadTime    atomic.Int64
-	snapshots   atomic.Int64
-	retryEvery  time.Duration
-	shards      []*shard
-
-	seq        atomic.Uint64      // the last log sequence number handed out
-	snapMin    int64              // log bytes below which no snapshot round starts
-	startRound func(round uint64) // has every shard start a snapshot (Store.snapshotRound)
-
-	// Snapshot rounds, touched by the committer only.
-	logged   int64    // log bytes written since the last round started
-	round    uint64   // the round in progress, 0 if none
-	rounds   uint64   // rounds started so far
-	starts   []uint64 // per shard: where its snapshot of this round began
-	reported int      // shards done with this round
-}
-
-type commitReq struct {
-	b     *pebble.Batch // may be nil: only wait for earlier changes
-	count int64         // changes (entries) in b
-	wg    *sync.WaitGroup
-	sh    *shard
-	n     uint64 // shard's send sequence number of this request
-	snap  bool   // b holds the shard's whole state (a resync)
-	// sh finished its snapshot of round, begun at log sequence number start.
-	round, start uint64
-}
-
-// logBatch is a batch of records waiting to be committed.
-type logBatch struct {
-	b     *pebble.Batch
-	count int64
-	sh    *shard
-}
-
-// errPebbleFatal marks an error Pebble reported through Logger.Fatalf: its
-// commit pipeline cannot be used again, so the DB is reopened.
-type errPebbleFatal struct{ msg string }
-
-func (e errPebbleFatal) Error() string { return e.msg }
-
-type pebbleLogger struct{ l *slog.Logger }
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
-}
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
-}
-
-// Fatalf panics instead of exiting: the committer recovers it (a failed
-// write must not take the server down) and reopens the database.
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
-	p.l.Error("pebble fatal: " + msg)
-	panic(errPebbleFatal{msg})
-}
-
-// openDB opens (or creates) the data dir, refusing anything it should not
-// touch: a dir locked by another process, a non-empty dir that holds no
-// cellserver data, a corrupt or incompatible database.
-func openDB(dir string, fs vfs.FS, memTable uint64, log *slog.Logger) (*pebble.DB, error) {
-	if fs == nil {
-		fs = vfs.Default
-	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("store: cannot create data dir %s: %w", dir, err)
-	}
-	names, err := fs.List(dir)
-	if err != nil {
-		return nil, fmt.Errorf("store: cannot read data dir %s: %w", dir, err)
-	}
-	if len(names) > 0 && !looksLikePebble(names) {
-		return nil, fmt.Errorf("store: data dir %s is not empty and holds no cellserver data; refusing to use it (choose an empty or new directory)", dir)
-	}
-	opts := &pebble.Options{
-		FS:                 fs,
-		FormatMajorVersion: pebbleFormat,
-		Logger:             pebbleLogger{log},
-		MemTableSize:       memTable,
-		// Records arrive in key order, so flushed files hardly overlap and
-		// most compactions just move files down. These thresholds (kept
-		// from the first format, where they measured better) let flushes
-		// of a snapshot round's burst gather without stalling writes.
-		L0CompactionThreshold:     16,
-		L0CompactionFileThreshold: 1000,
-		L0StopWritesThreshold:     64,
-		MaxOpenFiles:              MaxOpenFiles,
-	}
-	// Records are mostly binary state and random keys: snappy would cost
-	// flush and compaction CPU for little space.
-	for i := range opts.Levels {
-		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
-	}
-	db, err := pebble.Open(dir, opts)
-	if err != nil {
-		msg := err.Error()
-		if strings.Contains(msg, "lock") || strings.Contains(msg, "resource temporarily unavailable") {
-			return nil, fmt.Errorf("%w: %s (%v)", ErrDataDirInUse, dir, err)
-		}
-		return nil, fmt.Errorf("store: cannot open data dir %s (not modified): %w", dir, err)
-	}
-	v, closer, err := db.Get([]byte(formatKey))
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-		if err := db.Set([]byte(formatKey), []byte(formatValue), pebble.Sync); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("store: cannot write to data dir %s: %w", dir, err)
-		}
-	case err != nil:
-		db.Close()
-		return nil, fmt.Errorf("store: cannot read data dir %s: %w", dir, err)
-	default:
-		got := string(v)
-		closer.Close()
-		if got == formatOld {
-			n, err := migrateV1(db)
-			if err != nil {
-				db.Close()
-				return nil, fmt.Errorf("store: cannot convert data dir %s from %s: %w", dir, formatOld, err)
-			}
-			log.Info("data dir converted to the log format", "dir", dir, "from", formatOld, "to", formatValue, "keys", n)
-			got = formatValue
-		}
-		if got != formatValue {
-			db.Close()
-			return nil, fmt.Errorf("store: data dir %s holds format %q, this cellserver reads %q; refusing to start", dir, got, formatValue)
-		}
-	}
-	return db, nil
-}
-
-func looksLikePebble(names []string) bool {
-	for _, n := range names {
-		if strings.HasPrefix(n, "marker.manifest") || n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-") {
-			return true
-		}
-	}
-	return false
-}
-
-func newPersister(db *pebble.DB, policy Fsync, log *slog.Logger) *persister {
-	p := &persister{
-		policy:     policy,
-		log:        log,
-		in:         make(chan commitReq, 4096),
-		quit:       make(chan struct{}),
-		done:       make(chan struct{}),
-		retryEvery: time.Second,
-		snapMin:    snapMinBytes,
-	}
-	p.dbp.Store(db)
-	p.lastFsync.Store(time.Now().UnixNano())
-	return p
-}
-
-func (p *persister) db() *pebble.DB { return p.dbp.Load() }
-
-// guard runs f, turning a Pebble fatal panic into an error.
-func guard(f func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if fe, ok := r.(errPebbleFatal); ok {
-				err = fe
-				return
-			}
-			panic(r)
-		}
-	}()
-	return f()
-}
-
-// loop commits what shards send, merging whatever is queued into one write.
-// Commits are synced except under FsyncNo; under FsyncAlways waiters are
-// released after the sync. (Under everysec the shards send their changes
-// once per PersistInterval, so this is about one sync a second.)
-//
-// On a write error the server keeps answering from memory: a plain error
-// keeps the changes and retries them every second; a fatal one (Pebble's
-// commit pipeline is then unusable) reopens the database on the retry tick
-// and has every shard rewrite its state, dropping the changes in between,
-// which that rewrite covers.
-func (p *persister) loop() {
-	defer close(p.done)
-	retry := time.NewTicker(p.retryEvery)
-	defer retry.Stop()
-	var failed []logBatch // changes whose commit failed, retried first
-	broken := false       // Pebble hit a fatal error: reopen needed
-	needSnap := map[*shard]bool{}
-	reqs := make([]commitReq, 0, 256)
-	for {
-		var quitting bool
-		select {
-		case r := <-p.in:
-			reqs = append(reqs[:0], r)
-		drain:
-			for len(reqs) < cap(reqs) {
-				select {
-				case r := <-p.in:
-					reqs = append(reqs, r)
-				default:
-					break drain
-				}
-			}
-		case <-retry.C:
-			if broken {
-				if db, err := p.reopen(); err != nil {
-					p.fail(err)
-				} else {
-					p.log.Warn("persistence: data dir reopened; rewriting every key from memory")
-					p.dbp.Store(db)
-					broken = false
-					go p.resync()
-				}
-				continue
-			}
-			if len(failed) == 0 {
-				continue
-			}
-			reqs = reqs[:0]
-		case <-p.quit:
-			quitting = true
-			reqs = reqs[:0]
-			for {
-				select {
-				case r := <-p.in:
-					reqs = append(reqs, r)
-					continue
-				default:
-				}
-				break
-			}
-		}
-		// Commit each batch as it came (failed ones first, in order), then
-		// sync once: no copying of batches into a merged one.
-		todo := failed
-		failed = nil
-		for _, r := range reqs {
-			if r.round != 0 && r.round == p.round {
-				p.starts[r.sh.id] = r.start
-				p.reported++
-			}
-			if r.b == nil {
-				continue
-			}
-			p.pending.Add(-r.count)
-			if r.snap {
-				delete(needSnap, r.sh)
-			}
-			if broken || needSnap[r.sh] {
-				_ = r.b.Close() // memory is the truth; the resync rewrites it
-				continue
-			}
-			todo = append(todo, logBatch{r.b, r.count, r.sh})
-		}
-		committed := false
-		for i, lb := range todo {
-			if broken {
-				_ = lb.b.Close()
-				continue
-			}
-			db := p.db()
-			err := guard(func() error { return db.Apply(lb.b, pebble.NoSync) })
-			var fatal errPebbleFatal
-			switch {
-			case errors.As(err, &fatal):
-				p.fail(err)
-				broken = true
-				_ = lb.b.Close()
-				_ = guard(db.Close) // releases the lock so the dir can be reopened
-				for _, sh := range p.shards {
-					needSnap[sh] = true
-				}
-			case err != nil:
-				p.fail(err)
-				failed = append(failed, todo[i:]...) // retried in order
-				todo = todo[:0]
-			default:
-				committed = true
-				p.commits.Add(1)
-				p.changes.Add(lb.count)
-				p.logged += int64(lb.b.Len())
-				lb.sh.recycle(lb.b, db)
-			}
-			if len(todo) == 0 {
-				break
-			}
-		}
-		// A round counts only if every chunk reached the disk: a failed
-		// write, or chunks dropped while waiting for a resync, abandon it.
-		healthy := !broken && len(failed) == 0 && len(needSnap) == 0
-		switch {
-		case p.round != 0 && !healthy:
-			p.round = 0 // a later round starts over
-		case p.round != 0 && p.reported == len(p.shards):
-			p.dropOldRecords()
-			p.round = 0
-		case p.round == 0 && healthy && committed && !quitting && p.logged >= p.snapThreshold():
-			p.rounds++
-			p.round, p.reported, p.logged = p.rounds, 0, 0
-			p.starts = make([]uint64, len(p.shards))
-			go p.startRound(p.round)
-		}
-		if committed && !broken && (p.policy != FsyncNo || quitting) {
-			db := p.db()
-			if err := guard(func() error { return db.LogData(nil, pebble.Sync) }); err != nil {
-				p.fail(err)
-				var fatal errPebbleFatal
-				if errors.As(err, &fatal) {
-					broken = true
-					_ = guard(db.Close)
-					for _, sh := range p.shards {
-						needSnap[sh] = true
-					}
-				}
-			} else {
-				p.lastFsync.Store(time.Now().UnixNano())
-			}
-		}
-		if committed && len(failed) == 0 && !broken {
-			p.ok()
-		}
-		// Release waiters (FsyncAlways). On a write error they are released
-		// too: the server keeps answering from memory and reports the error.
-		for _, r := range reqs {
-			if r.sh != nil {
-				r.sh.synced.Store(r.n)
-				select { // wake a shard waiting for room (see shard.stepWaits)
-				case r.sh.room <- struct{}{}:
-				default:
-				}
-			}
-			if r.wg != nil {
-				r.wg.Done()
-			}
-		}
-		clear(reqs)
-		if quitting {
-			for _, lb := range failed {
-				p.log.Error("persistence: changes could not be written before shutdown", "changes", lb.count)
-				_ = lb.b.Close()
-			}
-			return
-		}
-	}
-}
-
-func (p *persister) fail(err error) {
-	p.writeErrors.Add(1)
-	msg := err.Error()
-	if prev := p.lastErr.Load(); prev == nil || *prev != msg {
-		p.log.Error("persistence: write failed; serving from memory and retrying every second", "err", err)
-	}
-	p.lastErr.Store(&msg)
-}
-
-func (p *persister) ok() {
-	if prev := p.lastErr.Load(); prev != nil {
-		p.log.Info("persistence: writes succeed again")
-		p.lastErr.Store(nil)
-	}
-}
-
-// close commits and syncs everything still queued and closes Pebble.
-func (p *persister) close() error {
-	close(p.quit)
-	<-p.done
-	return guard(p.db().Close)
+	// CorruptRecordsLost is how many synced log records a damaged data dir
+	// had lost when it was loaded anyway (Config.RecoverCorrupt).
+	CorruptRecordsLost int64
 }
 
 // snapThreshold is how many log bytes start a snapshot round: twice the
@@ -614,7 +243,11 @@ func (p *persister) snapThreshold() int64 {
 func (p *persister) dropOldRecords() {
 	var lo, hi [logKeyLen]byte
 	db := p.db()
-	span := pebble.KeyRange{Start: logKey(&lo, 0), End: logKey(&hi, slices.Min(p.starts))}
+	end := slices.Min(p.starts)
+	if p.lastCount != 0 {
+		end = min(end, p.lastCount) // the latest count stays: load checks it
+	}
+	span := pebble.KeyRange{Start: logKey(&lo, 0), End: logKey(&hi, end)}
 	if err := guard(func() error { return db.Excise(context.Background(), span) }); err != nil {
 		p.fail(err) // a later round deletes them
 		return
@@ -695,19 +328,26 @@ func (p *persister) load(shards []*shard, nowMs int64) error {
 // replayChunk is how many bytes of entries load hands a shard at a time.
 const replayChunk = 64 << 10
 
-// readLog calls fn with every entry of every record, in order, and sets the
-// last sequence number; it returns the log's size in bytes.
-func (p *persister) readLog(fn func(r *recReader, entry []byte)) (int64, error) {
+// readLog calls fn with every entry of every record, in order, but the
+// counts, of which it keeps the last; it sets the last sequence number and
+// returns the log's size in bytes.
+func (p *persister) readLog(fn func(r *recReader, entry []byte)) (size int64, err error) {
+	// Pebble may panic on damaged data instead of failing the read: that is
+	// a refusal to load, not a crash.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("pebble panicked: %v", r)
+		}
+	}()
 	it, err := p.db().NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
 	if err != nil {
 		return 0, err
 	}
-	var size int64
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
 		if len(k) != logKeyLen {
 			_ = it.Close()
-			return 0, fmt.Errorf("store: corrupt record key %q in data dir", k)
+			return 0, fmt.Errorf("%w: a record key is %q", errCorruptLog, k)
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -717,11 +357,15 @@ func (p *persister) readLog(fn func(r *recReader, entry []byte)) (int64, error) 
 		size += int64(len(k) + len(v))
 		r := recReader{b: v}
 		for rest := r.b; r.next(); rest = r.b {
+			if r.kind == recCount {
+				p.loadedCount, p.lastCount = r.count, binary.BigEndian.Uint64(k[1:])
+				continue
+			}
 			fn(&r, rest[:len(rest)-len(r.b)])
 		}
 		if r.bad {
 			_ = it.Close()
-			return 0, fmt.Errorf("store: corrupt record %d in data dir", binary.BigEndian.Uint64(k[1:]))
+			return 0, fmt.Errorf("%w: record %d does not decode", errCorruptLog, binary.BigEndian.Uint64(k[1:]))
 		}
 		p.seq.Store(binary.BigEndian.Uint64(k[1:]))
 	}

@@ -166,7 +166,9 @@ func TestDataDirRefusals(t *testing.T) {
 		}
 	}
 	_, err = New(Config{Shards: 2, DataDir: corrupt})
-	assert.ErrorContains(t, err, "cannot open data dir")
+	assert.ErrorContains(t, err, "is corrupt")
+	assert.ErrorContains(t, err, "MANIFEST")
+	assert.NotContains(t, err.Error(), "\n")
 }
 
 // TestWriteErrorsServeFromMemoryAndRetry injects write errors with errorfs:
@@ -421,4 +423,46 @@ func TestSlowDiskDoesNotStallShard(t *testing.T) {
 		}
 		assert.Equal(t, uint64(clk.Now())+calls*60e9, tat, "key %d", i)
 	}
+}
+
+// TestRecordsStaySmall: a write-out of many keys, or of many deletions, is
+// split into records of at most writeChunk keys or about delsRecord bytes:
+// before a damaged table block fails, Pebble checksums the whole block
+// again for each of up to 320k single flipped bits.
+func TestRecordsStaySmall(t *testing.T) {
+	dir := t.TempDir()
+	clk := wallClock()
+	st, err := New(Config{Shards: 1, Clock: clk, SweepInterval: -1, DataDir: dir, Fsync: FsyncNo,
+		MemTableSize: 4 << 20, PersistInterval: time.Hour})
+	require.NoError(t, err)
+	sess := st.NewSession()
+	for i := 0; i < 20000; i++ {
+		sess.Add(throttleOp(fmt.Sprint("a-key-of-some-length:", i), 5, 1, 3600, 1))
+	}
+	sess.Run()
+	st.persistAll()
+	for i := 0; i < 20000; i++ {
+		sess.Add(&Op{Kind: OpDel, Key: []byte(fmt.Sprint("a-key-of-some-length:", i))})
+	}
+	sess.Run()
+	require.NoError(t, st.Close()) // the deletions are written at Close
+
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebbleFormat, ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
+	require.NoError(t, err)
+	records, largest := 0, 0
+	for it.First(); it.Valid(); it.Next() {
+		records++
+		largest = max(largest, len(it.Value()))
+		r, n := recReader{b: it.Value()}, 0
+		for r.next() {
+			n++
+		}
+		assert.LessOrEqual(t, n, max(writeChunk, delsRecord/20), "entries in one record")
+	}
+	require.NoError(t, it.Close())
+	assert.GreaterOrEqual(t, records, 20000/writeChunk+2)
+	assert.LessOrEqual(t, largest, 128<<10, "bytes in the largest record")
 }

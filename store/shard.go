@@ -29,6 +29,7 @@ type shard struct {
 	p       *persister
 	pb      *pebble.Batch
 	pbCount int64
+	pbRecs  int64           // log records in pb
 	spare   chan spareBatch // committed batches, for reuse
 	sent    uint64          // requests sent to the committer
 	synced  atomic.Uint64   // requests the committer has finished
@@ -336,14 +337,29 @@ func (sh *shard) step() {
 // progress, the deletions, and every key changed since.
 func (sh *shard) writeDirty() {
 	sh.startWriteOut()
-	sh.writeStep(len(sh.writing))
+	sh.writeRest()
+}
+
+// writeRest writes the rest of the write-out in progress, a record per
+// writeChunk keys. (A record is one Pebble value, and a table block is at
+// least one value: when a block's checksum fails, Pebble retries it with
+// each of its first 40 KiB's bits flipped, a checksum of the whole block
+// each time, which on a block of megabytes takes a minute before a damaged
+// dir can be refused.)
+func (sh *shard) writeRest() {
+	for {
+		sh.writeStep(writeChunk)
+		if len(sh.writing) == 0 { // writeStep empties it when done
+			return
+		}
+	}
 }
 
 // startWriteOut makes the keys changed since the last write-out the
 // write-out in progress, first finishing the previous one.
 func (sh *shard) startWriteOut() {
 	if sh.writePos < len(sh.writing) {
-		sh.writeStep(len(sh.writing))
+		sh.writeRest()
 	}
 	sh.flushDels()
 	sh.dels, sh.delsPeak = reuse(sh.dels, sh.delsPeak), 0
@@ -377,6 +393,10 @@ func (sh *shard) writeStep(limit int) {
 	}
 }
 
+// delsRecord is the most bytes of deletions flushDels puts in one record
+// (about as many as a write-out record of writeChunk keys holds).
+const delsRecord = 64 << 10
+
 // warmGroup is how many entries warmEntries touches ahead of their use.
 const warmGroup = 32
 
@@ -393,12 +413,23 @@ func (sh *shard) warmEntries(eis []uint32) {
 	}
 }
 
-// flushDels appends the pending deletions to pb as a record.
+// flushDels appends the pending deletions to pb, as records of about
+// delsRecord bytes at most (see writeRest).
 func (sh *shard) flushDels() {
 	if sh.ndels == 0 {
 		return
 	}
-	sh.addRecord(sh.dels, sh.ndels)
+	b, from, n := sh.dels, 0, 0
+	for r := (recReader{b: b}); r.next(); {
+		n++
+		if at := len(b) - len(r.b); at-from >= delsRecord {
+			sh.addRecord(b[from:at], n)
+			from, n = at, 0
+		}
+	}
+	if n > 0 {
+		sh.addRecord(b[from:], n)
+	}
 	sh.delsPeak = max(sh.delsPeak, len(sh.dels))
 	sh.dels, sh.ndels = sh.dels[:0], 0
 }
@@ -429,6 +460,7 @@ func (sh *shard) addRecord(rec []byte, n int) {
 		b := sh.batchSized(logKeyLen + len(rec) + 16)
 		_ = b.Set(logKey(&k, sh.p.seq.Add(1)), rec, nil)
 		sh.pbCount += int64(n)
+		sh.pbRecs++
 	}
 }
 
@@ -460,13 +492,13 @@ func (sh *shard) sendChanges(wg *sync.WaitGroup) {
 	always := sh.p.policy == FsyncAlways
 	if sh.pb != nil || sh.snapDone != 0 {
 		sh.sent++
-		r := commitReq{b: sh.pb, count: sh.pbCount, sh: sh, n: sh.sent, snap: sh.snap}
+		r := commitReq{b: sh.pb, count: sh.pbCount, recs: sh.pbRecs, sh: sh, n: sh.sent, snap: sh.snap}
 		if sh.snapDone != 0 {
 			r.round, r.start = sh.snapDone, sh.snapStart
 			sh.snapDone = 0
 		}
 		sh.p.pending.Add(sh.pbCount)
-		sh.pb, sh.pbCount = nil, 0
+		sh.pb, sh.pbCount, sh.pbRecs = nil, 0, 0
 		sh.snap = false
 		if always {
 			r.wg = wg
@@ -535,7 +567,7 @@ func (sh *shard) snapshot() {
 	}
 	if sh.pb != nil {
 		_ = sh.pb.Close()
-		sh.pb, sh.pbCount = nil, 0
+		sh.pb, sh.pbCount, sh.pbRecs = nil, 0, 0
 	}
 	sh.batchSized(sh.t.len()*setSize + (sh.t.len()/snapChunk+2)*(logKeyLen+16))
 	sh.clearDirty()

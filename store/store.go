@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,8 +59,28 @@ type Config struct {
 	// faults through it (pebble's vfs/errorfs).
 	FS vfs.FS
 	// MemTableSize is Pebble's memtable size in bytes: how much is
-	// buffered (and how large the log grows) before a flush. Default 16 MiB.
+	// buffered (and how large the log grows) before a flush. Default 16 MiB,
+	// or a 32nd of the data dir's file system if that is less (at least
+	// 256 KiB): the space kept free below scales with it, so that a small
+	// disk is not all reserve.
 	MemTableSize uint64
+	// DiskReserve is the free space in bytes below which nothing more is
+	// written to Pebble (changes wait in memory and are written once space
+	// comes back): room for what Pebble may still write on its own, a new
+	// WAL's preallocation (1.1 memtables), a flush (one) and some
+	// compaction output. Default 4 * MemTableSize.
+	DiskReserve uint64
+	// BallastSize is the size in bytes of the file of zeros kept in the data
+	// dir and deleted when space runs short, so that Pebble's work in flight
+	// and a restart's flush of its WAL (up to two memtables) have room.
+	// Default 2 * MemTableSize; negative: no ballast.
+	BallastSize int64
+	// RecoverCorrupt starts from a damaged data dir anyway, with what is
+	// readable: a WAL that lost synced records, or one Pebble finds corrupt
+	// (kept as NAME.corrupt and cut where its readable records end). The
+	// loss is logged and reported by PersistStats. Without it such a dir is
+	// refused and left as it is. A damaged table is refused either way.
+	RecoverCorrupt bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -84,8 +105,22 @@ func (c *Config) EnsureDefaults() {
 	if c.PersistInterval == 0 {
 		c.PersistInterval = time.Second
 	}
+}
+
+// ensureDiskDefaults fills the fields whose defaults depend on the size in
+// bytes of the data dir's file system (0: unknown).
+func (c *Config) ensureDiskDefaults(total uint64) {
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 16 << 20
+		if total > 0 {
+			c.MemTableSize = min(max(total/32, 256<<10), 16<<20)
+		}
+	}
+	if c.DiskReserve == 0 {
+		c.DiskReserve = 4 * c.MemTableSize
+	}
+	if c.BallastSize == 0 {
+		c.BallastSize = int64(2 * c.MemTableSize)
 	}
 }
 
@@ -117,17 +152,22 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg}
+	var dd *dataDir
 	if cfg.DataDir != "" {
-		db, err := openDB(cfg.DataDir, cfg.FS, cfg.MemTableSize, cfg.Logger)
-		if err != nil {
+		var db *pebble.DB
+		var err error
+		if dd, db, err = openDataDir(&s.cfg); err != nil {
 			return nil, err
 		}
+		cfg = s.cfg // with the disk's defaults
 		s.p = newPersister(db, cfg.Fsync, cfg.Logger)
-		s.p.reopen = func() (*pebble.DB, error) {
-			return openDB(cfg.DataDir, cfg.FS, cfg.MemTableSize, cfg.Logger)
-		}
+		s.p.dd = dd
+		s.p.reopen = dd.reopen
 		s.p.resync = s.resync
 		s.p.startRound = s.snapshotRound
+		if t := int64(dd.space.total); t > 0 {
+			s.p.snapMin = min(s.p.snapMin, t/8) // a small disk must not fill with old records first
+		}
 	}
 	seed := maphash.MakeSeed()
 	for i := 0; i < cfg.Shards; i++ {
@@ -137,7 +177,8 @@ func New(cfg Config) (*Store, error) {
 	if s.p != nil {
 		s.p.shards = s.shards
 		if err := s.load(); err != nil {
-			_ = s.p.db().Close()
+			_ = guardAll(s.p.db().Close)
+			dd.close()
 			return nil, err
 		}
 		go s.p.loop()
@@ -156,17 +197,43 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// load replays the log into every shard before any is served. Expiry is
-// judged by the wall clock.
+// load replays the log into every shard before any is served, checks it
+// lost nothing synced, and opens the dir for writing. Expiry is judged by
+// the wall clock.
 func (s *Store) load() error {
 	start := time.Now()
-	if err := s.p.load(s.shards, floorMs(time.Now().UnixNano())); err != nil {
+	p, dd := s.p, s.p.dd
+	err := p.load(s.shards, floorMs(time.Now().UnixNano()))
+	switch {
+	case err != nil && errors.Is(err, errCorruptLog):
+		return fmt.Errorf("store: data dir %s is corrupt: %s; refusing to start (nothing was changed)", s.cfg.DataDir, strings.TrimPrefix(err.Error(), "store: "))
+	case err != nil && (dd.events.corruptFile() != "" || pebble.IsCorruptionError(err)):
+		return dd.refusal(err)
+	case err != nil:
 		return fmt.Errorf("store: loading %s: %w", s.cfg.DataDir, err)
 	}
+	committed := p.loadedCount
+	if err := dd.checkLoaded(committed); err != nil {
+		return err
+	}
+	db, err := dd.writable(p.db(), committed)
+	if err != nil {
+		return err
+	}
+	p.dbp.Store(db)
+	p.recs = committed
+	p.synced.Store(committed)
+	p.corruptLost.Store(dd.lost)
+	written := dd.mark // what the mark on disk says
+	if dd.lost > 0 || !dd.hasMark {
+		written = committed
+	}
+	p.startMarks(written)
+	dd.events.serving.Store(true)
 	for _, sh := range s.shards {
 		sh.publish()
 	}
-	s.p.loadTime.Store(int64(time.Since(start)))
+	p.loadTime.Store(int64(time.Since(start)))
 	s.cfg.Logger.Info("loaded limiter state", "dir", s.cfg.DataDir, "keys", s.p.keysLoaded.Load(),
 		"expired_dropped", s.p.expiredLoad.Load(), "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
@@ -211,9 +278,11 @@ func (s *Store) PersistStats() PersistStats {
 		Commits:       p.commits.Load(),
 		Changes:       p.changes.Load(),
 		LastFsync:     time.Unix(0, p.lastFsync.Load()),
-		DiskBytes:     p.db().Metrics().DiskSpaceUsage(),
+		DiskBytes:     p.diskBytes(),
 		Pending:       p.pending.Load(),
 		Snapshots:     p.snapshots.Load(),
+
+		CorruptRecordsLost: p.corruptLost.Load(),
 	}
 	if e := p.lastErr.Load(); e != nil {
 		st.LastWriteOK = false

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // BenchmarkWriteOut measures one shard's write-out of 100k changed keys
@@ -19,7 +21,7 @@ func BenchmarkWriteOut(b *testing.B) {
 	const changed = 100_000
 	for _, n := range []int{100_000, 5_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			db, err := openDB(b.TempDir(), nil, 16<<20, slog.New(slog.DiscardHandler))
+			db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebbleFormat})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -52,6 +52,9 @@ type Config struct {
 	InMemory   bool        // no persistence at all
 	Fsync      store.Fsync // durability policy
 	StopWrites bool        // answer MISCONF to writes while persisting fails
+	// RecoverCorrupt starts from a damaged data dir with what is readable
+	// instead of refusing it.
+	RecoverCorrupt bool
 
 	PprofAddr string // if set, serve net/http/pprof here (profiling)
 
@@ -80,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.ClusterMode, "cluster", "no", "cluster mode: no, emulated (one node owning every slot) or yes (owns what the applied topology gives it)")
 	fs.StringVar(&c.ClusterAnnounce, "cluster-announce", "", "`host:port` this node announces in cluster mode (default: --addr); its node id derives from it")
 	stopWrites := fs.String("stop-writes-on-persist-error", "no", "yes: while disk writes fail, state-changing commands answer MISCONF")
+	recoverCorrupt := fs.String("recover-corrupt", "no", "yes: start from a data dir whose write-ahead log is damaged or cut, with what is readable, reporting the records lost (no: refuse it, changing nothing)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n       cellserver cluster init --nodes host:port,...\n       cellserver cluster apply FILE\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -122,6 +126,13 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	case "no":
 	default:
 		return c, fmt.Errorf("--stop-writes-on-persist-error must be yes or no, got %q", *stopWrites)
+	}
+	switch *recoverCorrupt {
+	case "yes":
+		c.RecoverCorrupt = true
+	case "no":
+	default:
+		return c, fmt.Errorf("--recover-corrupt must be yes or no, got %q", *recoverCorrupt)
 	}
 	switch c.ClusterMode {
 	case "no", "emulated", "yes":
@@ -185,6 +196,7 @@ func run(cfg Config) error {
 	if !cfg.InMemory {
 		scfg.DataDir = cfg.DataDir
 		scfg.Fsync = cfg.Fsync
+		scfg.RecoverCorrupt = cfg.RecoverCorrupt
 	}
 	st, err := store.New(scfg)
 	if err != nil {

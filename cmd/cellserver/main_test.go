@@ -29,3 +29,14 @@ func TestParseFlagsThreads(t *testing.T) {
 	_, err := parseFlags([]string{"--threads", "-1"}, io.Discard)
 	require.EqualError(t, err, "--threads must be at least 1 (or 0 for every CPU), got -1")
 }
+
+func TestParseFlagsRecoverCorrupt(t *testing.T) {
+	c, err := parseFlags(nil, io.Discard)
+	require.NoError(t, err)
+	require.False(t, c.RecoverCorrupt, "a damaged data dir is refused unless told otherwise")
+	c, err = parseFlags([]string{"--recover-corrupt", "yes"}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, c.RecoverCorrupt)
+	_, err = parseFlags([]string{"--recover-corrupt", "maybe"}, io.Discard)
+	require.EqualError(t, err, `--recover-corrupt must be yes or no, got "maybe"`)
+}

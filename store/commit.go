@@ -1,0 +1,611 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// persister is the group committer: shard owners hand it batches of changes
+// and one goroutine commits them to Pebble, many per write, syncing per the
+// policy. Shards never wait for the disk except under FsyncAlways, and even
+// then only their clients' replies wait, not the owner.
+type persister struct {
+	dbp    atomic.Pointer[pebble.DB]
+	dd     *dataDir                   // the data dir (nil in some tests)
+	reopen func() (*pebble.DB, error) // opens the data dir again after a fatal error
+	resync func()                     // has every shard rewrite its keys
+	policy Fsync
+	log    *slog.Logger
+	in     chan commitReq
+	quit   chan struct{}
+	done   chan struct{}
+
+	lastErr     atomic.Pointer[string]
+	writeErrors atomic.Int64
+	commits     atomic.Int64
+	changes     atomic.Int64
+	pending     atomic.Int64
+	lastFsync   atomic.Int64 // Unix ns
+	keysLoaded  atomic.Int64
+	expiredLoad atomic.Int64
+	loadTime    atomic.Int64
+	snapshots   atomic.Int64
+	corruptLost atomic.Int64 // records a damaged log lost, found at load (RecoverCorrupt)
+	shards      []*shard
+
+	seq        atomic.Uint64      // the last log sequence number handed out
+	snapMin    int64              // log bytes below which no snapshot round starts
+	startRound func(round uint64) // has every shard start a snapshot (Store.snapshotRound)
+
+	// Log records committed since the data dir was created, and how many of
+	// them are synced; the mark file says synced (see open.go). The latest
+	// count record committed is numbered lastCount.
+	recs        uint64 // committer only
+	lastCount   uint64 // committer only
+	loadedCount uint64 // the count the log replayed to
+	synced      atomic.Uint64
+	markWritten uint64 // the mark's value on disk (mark writer only)
+	markFailed  bool
+	markPoke    chan struct{}
+	markQuit    chan struct{}
+	markDone    chan struct{}
+
+	// Snapshot rounds, touched by the committer only.
+	logged   int64    // log bytes written since the last round started
+	round    uint64   // the round in progress, 0 if none
+	rounds   uint64   // rounds started so far
+	starts   []uint64 // per shard: where its snapshot of this round began
+	reported int      // shards done with this round
+
+	// Write failures, touched by the committer only (see loop).
+	failed      []logBatch      // changes whose commit failed or waits, in order
+	failedBytes int64           // their size
+	broken      bool            // Pebble hit a fatal error: reopen needed
+	needSnap    map[*shard]bool // shards whose changes a resync will rewrite
+	resyncAsked bool            // a resync was requested and not finished
+	failing     bool            // since the first failure of a run, until a write succeeds
+	holding     bool            // the last attempt failed: changes wait for the next
+	failStart   time.Time
+	failCount   int64         // failed attempts in this run
+	nextRetry   time.Duration // when the next attempt is due after a failure
+	backoff     time.Duration // the next failed write's wait (1 s doubling to maxBackoff)
+	retry       *time.Timer
+	armed       bool
+}
+
+// maxBackoff bounds the wait between attempts to write after Pebble failed
+// a write. (A lack of space is checked every second instead: statfs costs
+// nothing, and writes resume as soon as space comes back.)
+const maxBackoff = 30 * time.Second
+
+// maxFailedBytes is how many bytes of failed changes the committer holds
+// for a retry; beyond, it drops them and has every shard rewrite its keys
+// from memory once writes work (tests lower it). Under everysec a write-out
+// holds each changed key once, so this is reached only by a long outage.
+var maxFailedBytes int64 = 64 << 20
+
+type commitReq struct {
+	b     *pebble.Batch // may be nil: only wait for earlier changes
+	count int64         // changes (entries) in b
+	recs  int64         // log records in b
+	wg    *sync.WaitGroup
+	sh    *shard
+	n     uint64 // shard's send sequence number of this request
+	snap  bool   // b holds the shard's whole state (a resync)
+	// sh finished its snapshot of round, begun at log sequence number start.
+	round, start uint64
+}
+
+// logBatch is a batch of records waiting to be committed.
+type logBatch struct {
+	b     *pebble.Batch
+	count int64
+	recs  int64
+	sh    *shard // nil: the committer's own (a probe)
+}
+
+// errPebbleFatal marks an error Pebble reported through Logger.Fatalf: its
+// commit pipeline cannot be used again, so the DB is reopened.
+type errPebbleFatal struct{ msg string }
+
+func (e errPebbleFatal) Error() string { return e.msg }
+
+func newPersister(db *pebble.DB, policy Fsync, log *slog.Logger) *persister {
+	p := &persister{
+		policy:   policy,
+		log:      log,
+		in:       make(chan commitReq, 4096),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+		snapMin:  snapMinBytes,
+		needSnap: map[*shard]bool{},
+		backoff:  time.Second,
+	}
+	p.dbp.Store(db)
+	p.lastFsync.Store(time.Now().UnixNano())
+	return p
+}
+
+func (p *persister) db() *pebble.DB { return p.dbp.Load() }
+
+// diskBytes is the data dir's size per Pebble; 0 while the DB is closed
+// for a reopen (Pebble panics on a closed DB).
+func (p *persister) diskBytes() (n uint64) {
+	defer func() { _ = recover() }()
+	return p.db().Metrics().DiskSpaceUsage()
+}
+
+// guard runs f, turning a Pebble fatal panic into an error.
+func guard(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if fe, ok := r.(errPebbleFatal); ok {
+				err = fe
+				return
+			}
+			panic(r)
+		}
+	}()
+	return f()
+}
+
+// guardAll runs f, turning any panic into an error: for Pebble calls whose
+// DB is dropped on failure (opening, loading), where a panic on damaged data
+// must be a refusal, not a crash.
+func guardAll(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("pebble panicked: %w", e)
+				return
+			}
+			err = fmt.Errorf("pebble panicked: %v", r)
+		}
+	}()
+	return f()
+}
+
+// loop commits what shards send, merging whatever is queued into one write.
+// Commits are synced except under FsyncNo; under FsyncAlways waiters are
+// released after the sync. (Under everysec the shards send their changes
+// once per PersistInterval, so this is about one sync a second.)
+//
+// When writes fail the server keeps answering from memory, and the changes
+// wait, in order, for the next attempt: in a second if the disk lacked
+// space (diskSpace says so before Pebble is asked), else after a back-off
+// of 1 s doubling to 30 s; new changes queue behind them meanwhile. A fatal
+// error (Pebble's commit pipeline is then unusable) closes the DB, reopens
+// it on the next attempt and has every shard rewrite its state, dropping
+// the changes in between, which that rewrite covers; so does a backlog
+// larger than maxFailedBytes. Idle, the loop wakes only for the next
+// attempt, if any is due.
+func (p *persister) loop() {
+	defer close(p.done)
+	p.retry = time.NewTimer(time.Hour)
+	p.retry.Stop()
+	reqs := make([]commitReq, 0, 256)
+	for {
+		reqs = reqs[:0]
+		var retried, quitting bool
+		select {
+		case r := <-p.in:
+			reqs = append(reqs, r)
+		drain:
+			for len(reqs) < cap(reqs) {
+				select {
+				case r := <-p.in:
+					reqs = append(reqs, r)
+				default:
+					break drain
+				}
+			}
+		case <-p.retry.C:
+			p.armed, retried = false, true
+		case <-p.quit:
+			quitting = true
+			for {
+				select {
+				case r := <-p.in:
+					reqs = append(reqs, r)
+					continue
+				default:
+				}
+				break
+			}
+		}
+		if retried && p.broken {
+			p.tryReopen()
+			p.rearm()
+			continue
+		}
+		todo := p.accept(reqs)
+		committed := false
+		switch {
+		case p.broken:
+			p.drop(todo)
+		case p.holding && !retried && !quitting:
+			p.hold(todo) // the next attempt is due when the timer says
+		default:
+			if len(todo) == 0 && retried && p.holding {
+				todo = append(todo, p.probe())
+			}
+			committed = p.commit(todo)
+		}
+		p.capFailed()
+		p.roundStep(committed, quitting)
+		if committed && !p.broken && (p.policy != FsyncNo || quitting) {
+			p.sync()
+		}
+		if committed && len(p.failed) == 0 && !p.broken {
+			p.ok()
+		}
+		if !p.broken && !p.failing && len(p.needSnap) > 0 && !p.resyncAsked {
+			p.resyncAsked = true
+			go p.resync()
+		}
+		p.releaseWaiters(reqs)
+		clear(reqs)
+		if quitting {
+			p.giveUp()
+			return
+		}
+		p.rearm()
+	}
+}
+
+// accept returns the failed batches, then the new ones, dropping those of
+// shards a resync will rewrite; it notes the snapshot reports.
+func (p *persister) accept(reqs []commitReq) []logBatch {
+	todo := p.failed
+	p.failed, p.failedBytes = nil, 0
+	for _, r := range reqs {
+		if r.round != 0 && r.round == p.round {
+			p.starts[r.sh.id] = r.start
+			p.reported++
+		}
+		if r.b == nil {
+			continue
+		}
+		p.pending.Add(-r.count)
+		if r.snap {
+			delete(p.needSnap, r.sh)
+		}
+		if p.broken || p.needSnap[r.sh] {
+			_ = r.b.Close() // memory is the truth; the resync rewrites it
+			continue
+		}
+		todo = append(todo, logBatch{r.b, r.count, r.recs, r.sh})
+	}
+	if len(p.needSnap) == 0 {
+		p.resyncAsked = false
+	}
+	return todo
+}
+
+// commit applies each batch as it came (failed ones first, in order), each
+// recording the count of records committed with it; it does not sync. It
+// reports whether any was applied.
+func (p *persister) commit(todo []logBatch) bool {
+	if len(todo) == 0 {
+		return false
+	}
+	budget := uint64(math.MaxUint64)
+	if p.dd != nil {
+		var err error
+		if budget, err = p.dd.space.budget(uint64(todo[0].b.Len())); err != nil {
+			p.fail(err)
+			p.hold(todo)
+			return false
+		}
+	}
+	committed := false
+	var key [logKeyLen]byte
+	var cnt [9]byte
+	for i, lb := range todo {
+		n := uint64(lb.b.Len())
+		if n > budget {
+			p.fail(p.dd.space.short(n))
+			p.hold(todo[i:])
+			return committed
+		}
+		budget -= n
+		db := p.db()
+		seq := p.seq.Add(1)
+		err := guard(func() error {
+			if err := lb.b.Set(logKey(&key, seq), appendCount(cnt[:0], p.recs+uint64(lb.recs)), nil); err != nil {
+				return err
+			}
+			return db.Apply(lb.b, pebble.NoSync)
+		})
+		var fatal errPebbleFatal
+		switch {
+		case errors.As(err, &fatal):
+			p.fail(err)
+			p.breakDB(db)
+			p.drop(todo[i:])
+			return committed
+		case err != nil:
+			p.fail(err)
+			p.hold(todo[i:]) // retried in order
+			return committed
+		}
+		committed = true
+		p.recs += uint64(lb.recs)
+		p.lastCount = seq
+		p.commits.Add(1)
+		p.changes.Add(lb.count)
+		p.logged += int64(lb.b.Len())
+		if lb.sh != nil {
+			lb.sh.recycle(lb.b, db)
+		} else {
+			_ = lb.b.Close()
+		}
+	}
+	return committed
+}
+
+// probe is a batch that records the commit count alone: a retry with
+// nothing queued writes it to learn whether writes work again.
+func (p *persister) probe() logBatch {
+	return logBatch{b: p.db().NewBatch()}
+}
+
+// hold queues batches for the next attempt.
+func (p *persister) hold(lbs []logBatch) {
+	for _, lb := range lbs {
+		p.failedBytes += int64(lb.b.Len())
+	}
+	p.failed = append(p.failed, lbs...)
+}
+
+// drop closes batches a resync will cover.
+func (p *persister) drop(lbs []logBatch) {
+	for _, lb := range lbs {
+		_ = lb.b.Close()
+	}
+}
+
+// capFailed drops the held changes once they pass maxFailedBytes: every
+// shard then rewrites its keys from memory when writes work again.
+func (p *persister) capFailed() {
+	if p.failedBytes <= maxFailedBytes {
+		return
+	}
+	p.log.Warn("persistence: too many changes wait for the disk; dropped them, every key will be rewritten from memory once writes succeed",
+		"bytes", p.failedBytes, "batches", len(p.failed))
+	p.drop(p.failed)
+	p.failed, p.failedBytes = nil, 0
+	p.needAll()
+}
+
+// needAll has every shard's changes wait for a resync.
+func (p *persister) needAll() {
+	for _, sh := range p.shards {
+		p.needSnap[sh] = true
+	}
+	p.resyncAsked = false
+}
+
+// breakDB gives up on a DB whose commit pipeline failed: closing it
+// releases it so that the dir can be reopened.
+func (p *persister) breakDB(db *pebble.DB) {
+	p.broken = true
+	_ = guardAll(db.Close)
+	p.needAll()
+}
+
+// tryReopen reopens the dir after a fatal error and has every shard
+// rewrite its keys.
+func (p *persister) tryReopen() {
+	db, err := p.reopen()
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	p.log.Warn("persistence: data dir reopened; rewriting every key from memory")
+	p.dbp.Store(db)
+	p.broken, p.holding = false, false
+	p.resyncAsked = true
+	go p.resync()
+}
+
+// roundStep starts, finishes or abandons a snapshot round. A round counts
+// only if every chunk reached the disk: a failed write, or chunks dropped
+// while waiting for a resync, abandon it.
+func (p *persister) roundStep(committed, quitting bool) {
+	healthy := !p.broken && len(p.failed) == 0 && len(p.needSnap) == 0
+	switch {
+	case p.round != 0 && !healthy:
+		p.round = 0 // a later round starts over
+	case p.round != 0 && p.reported == len(p.shards):
+		p.dropOldRecords()
+		p.round = 0
+	case p.round == 0 && healthy && committed && !quitting && p.logged >= p.snapThreshold():
+		p.rounds++
+		p.round, p.reported, p.logged = p.rounds, 0, 0
+		p.starts = make([]uint64, len(p.shards))
+		go p.startRound(p.round)
+	}
+}
+
+// sync syncs what was committed and lets the mark writer know.
+func (p *persister) sync() {
+	db := p.db()
+	if err := guard(func() error { return db.LogData(nil, pebble.Sync) }); err != nil {
+		p.fail(err)
+		var fatal errPebbleFatal
+		if errors.As(err, &fatal) {
+			p.breakDB(db)
+		}
+		return
+	}
+	p.lastFsync.Store(time.Now().UnixNano())
+	p.synced.Store(p.recs)
+	select {
+	case p.markPoke <- struct{}{}:
+	default:
+	}
+}
+
+// releaseWaiters releases the requests' waiters (FsyncAlways). On a write
+// error they are released too: the server keeps answering from memory and
+// reports the error.
+func (p *persister) releaseWaiters(reqs []commitReq) {
+	for _, r := range reqs {
+		if r.sh != nil {
+			r.sh.synced.Store(r.n)
+			select { // wake a shard waiting for room (see shard.stepWaits)
+			case r.sh.room <- struct{}{}:
+			default:
+			}
+		}
+		if r.wg != nil {
+			r.wg.Done()
+		}
+	}
+}
+
+// rearm schedules the next attempt while writes fail.
+func (p *persister) rearm() {
+	if p.armed || !(p.broken || p.holding || len(p.failed) > 0) {
+		return
+	}
+	p.retry.Reset(p.nextRetry)
+	p.armed = true
+}
+
+// giveUp reports the changes that never reached the disk, at shutdown.
+func (p *persister) giveUp() {
+	if len(p.failed) == 0 {
+		return
+	}
+	var n int64
+	for _, lb := range p.failed {
+		n += lb.count
+	}
+	p.log.Error("persistence: changes could not be written before shutdown", "changes", n, "err", p.errText())
+	p.drop(p.failed)
+	p.failed = nil
+}
+
+// errText is the last write error, or "".
+func (p *persister) errText() string {
+	if e := p.lastErr.Load(); e != nil {
+		return *e
+	}
+	return ""
+}
+
+// fail records a failed attempt: logged when a run of failures begins,
+// counted after. A lack of space is retried in a second, other errors after
+// the back-off.
+func (p *persister) fail(err error) {
+	p.writeErrors.Add(1)
+	msg := err.Error()
+	p.lastErr.Store(&msg)
+	p.holding = true
+	if !p.failing {
+		p.failing, p.failStart, p.failCount = true, time.Now(), 0
+		p.log.Error("persistence: write failed; serving from memory and retrying (logged again when writes succeed)", "err", err)
+	}
+	p.failCount++
+	if isNoSpace(err) {
+		p.nextRetry = time.Second
+		return
+	}
+	p.nextRetry = p.backoff
+	p.backoff = min(2*p.backoff, maxBackoff)
+}
+
+// ok ends a run of failures.
+func (p *persister) ok() {
+	p.backoff, p.holding = time.Second, false
+	if !p.failing {
+		return
+	}
+	p.failing = false
+	p.lastErr.Store(nil)
+	p.log.Info("persistence: writes succeed again", "failed_attempts", p.failCount, "after", time.Since(p.failStart).Round(time.Millisecond).String())
+}
+
+// markEvery is how often at most the mark is written (tests lower it).
+var markEvery = time.Second
+
+// markLoop writes the synced record count to the mark file after syncs, at
+// most once per markEvery, until close.
+func (p *persister) markLoop() {
+	defer close(p.markDone)
+	for {
+		select {
+		case <-p.markPoke:
+		case <-p.markQuit:
+			return
+		}
+		p.writeMark()
+		select {
+		case <-time.After(markEvery):
+		case <-p.markQuit:
+			return
+		}
+	}
+}
+
+// startMarks starts the mark writer, the mark on disk saying written.
+func (p *persister) startMarks(written uint64) {
+	p.markWritten = written
+	p.markPoke = make(chan struct{}, 1)
+	p.markQuit = make(chan struct{})
+	p.markDone = make(chan struct{})
+	go p.markLoop()
+}
+
+// writeMark writes the synced count if it moved; a failure is logged once
+// per run of failures (the mark only lags: a restart then checks less).
+func (p *persister) writeMark() {
+	n := p.synced.Load()
+	if n == p.markWritten || p.dd == nil {
+		return
+	}
+	if err := writeMark(p.dd.fs, p.dd.dir, n); err != nil {
+		if !p.markFailed {
+			p.log.Error("persistence: cannot write "+markFile+"; a restart will check the log against an older count", "err", err)
+		}
+		p.markFailed = true
+		return
+	}
+	p.markFailed = false
+	p.markWritten = n
+}
+
+// close commits and syncs everything still queued, writes the mark (now
+// exact) and closes Pebble and the dir.
+func (p *persister) close() error {
+	close(p.quit)
+	<-p.done
+	if p.markQuit != nil {
+		close(p.markQuit)
+		<-p.markDone
+	}
+	var err error
+	if !p.broken {
+		db := p.db()
+		if p.synced.Load() < p.recs {
+			if guardAll(func() error { return db.LogData(nil, pebble.Sync) }) == nil {
+				p.synced.Store(p.recs)
+			}
+		}
+		p.writeMark()
+		err = guardAll(db.Close)
+	}
+	if p.dd != nil {
+		p.dd.close()
+	}
+	return err
+}

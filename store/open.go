@@ -1,0 +1,512 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/wal"
+)
+
+// Opening a data dir checks it first and writes nothing to one it refuses:
+// the checks run on a read-only open, and only a dir that passes them (or
+// that Config.RecoverCorrupt lets through) is opened for writing.
+//
+// What the checks can see. Pebble checksums every table block and every WAL
+// chunk, so a damaged table is caught when it is read. A damaged or cut WAL
+// is another matter: to Pebble, a WAL that stops making sense is a torn
+// tail, the end of a log that a crash cut short, and it replays what comes
+// before and drops the rest without a word. (Its WAL sync offsets, meant to
+// tell the two apart, undercount in this version: the chunks after a flipped
+// byte rarely prove it.) So cellserver counts for itself. Every commit
+// carries the number of log records committed so far (a 'c' record), and
+// after each sync the committer writes that number, now durable, to the
+// file cellserver.mark beside Pebble's. A crash, kill -9 or power loss, can
+// only lose what had not been synced, which the mark never counts: so a log
+// that replays to fewer records than the mark lost records that had reached
+// the disk, and was damaged after. That is refused; a torn tail (fewer
+// records than were committed, never fewer than the mark) is a legitimate
+// loss of the last unsynced changes and is not.
+//
+// (The records' own sequence numbers cannot tell: a shard numbers a record
+// when it builds it and the shards' records reach the committer in any
+// order, so the numbers on disk have gaps at any time, and after a batch
+// dropped for a resync they keep them for good.)
+//
+// The mark is written at most once a second (and at Close, exactly), so a
+// WAL cut within its last second's records after a crash still passes as a
+// torn tail; after a clean shutdown any loss is caught.
+const (
+	markFile    = "cellserver.mark"
+	ballastFile = "cellserver.ballast"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// encodeMark is the mark file's content for n synced records: one line,
+// checksummed, so that a damaged mark is not mistaken for a small one.
+func encodeMark(n uint64) []byte {
+	body := fmt.Sprintf("%s synced-records %d", formatValue, n)
+	return fmt.Appendf(nil, "%s crc32c %08x\n", body, crc32.Checksum([]byte(body), castagnoli))
+}
+
+func decodeMark(b []byte) (uint64, error) {
+	line := strings.TrimSuffix(string(b), "\n")
+	body, sum, ok := strings.Cut(line, " crc32c ")
+	fields := strings.Fields(body)
+	if !ok || len(fields) != 3 || fields[0] != formatValue || fields[1] != "synced-records" {
+		return 0, errors.New("not a cellserver mark")
+	}
+	if want := fmt.Sprintf("%08x", crc32.Checksum([]byte(body), castagnoli)); sum != want {
+		return 0, errors.New("checksum mismatch")
+	}
+	return strconv.ParseUint(fields[2], 10, 64)
+}
+
+// readMark returns the mark's synced record count; ok is false if there is
+// no mark (a dir written before marks existed, or one never synced).
+func readMark(fs vfs.FS, dir string) (n uint64, ok bool, err error) {
+	f, err := fs.Open(fs.PathJoin(dir, markFile))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, false, nil
+		}
+		return 0, false, fmt.Errorf("store: data dir %s: cannot read %s: %w", dir, markFile, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 256))
+	if err != nil {
+		return 0, false, fmt.Errorf("store: data dir %s: cannot read %s: %w", dir, markFile, err)
+	}
+	if n, err = decodeMark(b); err != nil {
+		return 0, false, fmt.Errorf("store: data dir %s is corrupt: %s is damaged (%v)", dir, markFile, err)
+	}
+	return n, true, nil
+}
+
+// writeMark replaces the mark atomically (a synced temporary file renamed
+// over it, then the directory synced).
+func writeMark(fs vfs.FS, dir string, n uint64) error {
+	tmp := fs.PathJoin(dir, markFile+".tmp")
+	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(encodeMark(n))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, fs.PathJoin(dir, markFile))
+	}
+	if err != nil {
+		_ = fs.Remove(tmp)
+		return err
+	}
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// dataDir is a data dir being opened or in use: its lock, held from the
+// first check to Close, and what opening it found.
+type dataDir struct {
+	dir     string
+	fs      vfs.FS
+	cfg     *Config
+	log     *slog.Logger
+	lock    *pebble.Lock
+	events  *pebbleEvents
+	space   *diskSpace
+	ro      bool   // the DB open returned is read-only
+	mark    uint64 // synced records per the mark (0: no mark)
+	hasMark bool
+	lost    int64 // records the mark counts that the log no longer has (RecoverCorrupt)
+}
+
+// openDataDir opens cfg.DataDir for loading, refusing anything it should
+// not touch: a dir locked by another process, a non-empty dir that holds no
+// cellserver data, a corrupt or incompatible database. The DB it returns is
+// read-only unless the dir was just created or converted; once the log is
+// loaded and checked (checkLoaded), writable reopens it for writing.
+func openDataDir(cfg *Config) (*dataDir, *pebble.DB, error) {
+	fs := cfg.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	d := &dataDir{dir: cfg.DataDir, fs: fs, cfg: cfg, log: cfg.Logger}
+	if err := fs.MkdirAll(d.dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("store: cannot create data dir %s: %w", d.dir, err)
+	}
+	names, err := fs.List(d.dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: cannot read data dir %s: %w", d.dir, err)
+	}
+	var total uint64
+	if u, err := fs.GetDiskUsage(d.dir); err == nil {
+		total = u.TotalBytes
+	}
+	cfg.ensureDiskDefaults(total)
+	fresh := !looksLikePebble(names)
+	if len(names) > 0 && fresh {
+		return nil, nil, fmt.Errorf("store: data dir %s is not empty and holds no cellserver data; refusing to use it (choose an empty or new directory)", d.dir)
+	}
+	if d.lock, err = pebble.LockDirectory(d.dir, fs); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s (%v)", ErrDataDirInUse, d.dir, err)
+	}
+	d.space = newDiskSpace(fs, d.dir, cfg)
+	d.events = newPebbleEvents(cfg.Logger, d.space)
+	db, err := d.open(fresh)
+	if err != nil {
+		d.close()
+		return nil, nil, err
+	}
+	return d, db, nil
+}
+
+func (d *dataDir) open(fresh bool) (*pebble.DB, error) {
+	if fresh {
+		db, err := d.pebbleOpen(false)
+		if err != nil {
+			return nil, err
+		}
+		if err := guard(func() error { return db.Set([]byte(formatKey), []byte(formatValue), pebble.Sync) }); err != nil {
+			_ = guardAll(db.Close)
+			return nil, fmt.Errorf("store: cannot write to data dir %s: %w", d.dir, err)
+		}
+		return db, nil
+	}
+	var err error
+	if d.mark, d.hasMark, err = readMark(d.fs, d.dir); err != nil {
+		return nil, err
+	}
+	db, err := d.pebbleOpenRaw(true)
+	if err != nil && d.cfg.RecoverCorrupt && pebble.IsCorruptionError(err) && d.events.corruptFile() == "" {
+		// A WAL Pebble proved damaged (an older WAL that does not end
+		// cleanly, or a chunk its sync offsets vouch for): keep a copy,
+		// cut it where its readable records end, and open what is left.
+		if err := d.cutDamagedWALs(); err != nil {
+			return nil, err
+		}
+		db, err = d.pebbleOpenRaw(true)
+	}
+	if err != nil {
+		return nil, d.refusal(err)
+	}
+	got, err := readFormat(db)
+	if err != nil {
+		_ = guardAll(db.Close)
+		return nil, d.refusal(err)
+	}
+	if got == formatOld {
+		// Converting writes, so the dir is opened for writing; the
+		// conversion reads every old entry first, and refuses on error.
+		_ = guardAll(db.Close)
+		if db, err = d.pebbleOpen(false); err != nil {
+			return nil, err
+		}
+		n, err := migrateV1(db)
+		if err != nil {
+			_ = guardAll(db.Close)
+			return nil, fmt.Errorf("store: cannot convert data dir %s from %s: %w", d.dir, formatOld, err)
+		}
+		d.log.Info("data dir converted to the log format", "dir", d.dir, "from", formatOld, "to", formatValue, "keys", n)
+		return db, nil
+	}
+	if got != formatValue {
+		_ = guardAll(db.Close)
+		return nil, fmt.Errorf("store: data dir %s holds format %q, this cellserver reads %q; refusing to start", d.dir, got, formatValue)
+	}
+	d.ro = true
+	return db, nil
+}
+
+// readFormat returns the data dir's format marker.
+func readFormat(db *pebble.DB) (string, error) {
+	var got string
+	err := guardAll(func() error {
+		v, closer, err := db.Get([]byte(formatKey))
+		if err != nil {
+			return err
+		}
+		got = string(v)
+		return closer.Close()
+	})
+	if errors.Is(err, pebble.ErrNotFound) {
+		return "", fmt.Errorf("store: format marker %q missing", formatKey)
+	}
+	return got, err
+}
+
+// checkLoaded compares the records the log replayed to (committed) with
+// the mark. Fewer is a loss of synced records: refused, or under
+// RecoverCorrupt counted and logged. It reads nothing from the dir.
+func (d *dataDir) checkLoaded(committed uint64) error {
+	if !d.hasMark || committed >= d.mark {
+		return nil
+	}
+	lost := d.mark - committed
+	what := fmt.Sprintf("its log replays to %d records, but %d had been synced (per %s): %d records are missing, a write-ahead log (newest: %s) is truncated or corrupt",
+		committed, d.mark, markFile, lost, d.newestWAL())
+	if !d.cfg.RecoverCorrupt {
+		return fmt.Errorf("store: data dir %s is corrupt: %s; refusing to start (nothing was changed; --recover-corrupt yes starts with what is readable)", d.dir, what)
+	}
+	d.lost = int64(lost)
+	d.log.Warn("data dir is corrupt; starting with what is readable (--recover-corrupt yes)", "dir", d.dir, "problem", what, "records_lost", lost)
+	return nil
+}
+
+// newestWAL names the newest WAL file, where a torn or cut tail would be.
+func (d *dataDir) newestWAL() string {
+	logs, err := wal.Scan(wal.Dir{FS: d.fs, Dirname: d.dir})
+	if err != nil || len(logs) == 0 || logs[len(logs)-1].NumSegments() == 0 {
+		return "none"
+	}
+	ll := logs[len(logs)-1]
+	_, path := ll.SegmentLocation(ll.NumSegments() - 1)
+	return d.fs.PathBase(path)
+}
+
+// cutDamagedWALs copies every WAL whose records stop before its end to
+// NAME.corrupt and truncates it where its readable records end, so that
+// Pebble replays up to there (RecoverCorrupt only).
+func (d *dataDir) cutDamagedWALs() error {
+	logs, err := wal.Scan(wal.Dir{FS: d.fs, Dirname: d.dir})
+	if err != nil {
+		return fmt.Errorf("store: data dir %s: %w", d.dir, err)
+	}
+	for _, ll := range logs {
+		if ll.NumSegments() != 1 {
+			continue
+		}
+		_, path := ll.SegmentLocation(0)
+		end, size, err := readableEnd(ll, d.fs, path)
+		if err != nil {
+			return fmt.Errorf("store: data dir %s: reading %s: %w", d.dir, d.fs.PathBase(path), err)
+		}
+		if end >= size {
+			continue
+		}
+		keep := path + ".corrupt"
+		if err := vfs.Copy(d.fs, path, keep); err != nil {
+			return fmt.Errorf("store: data dir %s: cannot keep a copy of %s: %w", d.dir, d.fs.PathBase(path), err)
+		}
+		if err := cutFile(d.fs, d.dir, path, end); err != nil {
+			return fmt.Errorf("store: data dir %s: cannot cut %s: %w", d.dir, d.fs.PathBase(path), err)
+		}
+		d.log.Warn("write-ahead log cut where its readable records end (--recover-corrupt yes)", "file", d.fs.PathBase(path),
+			"kept_bytes", end, "dropped_bytes", size-end, "copy", d.fs.PathBase(keep))
+	}
+	return nil
+}
+
+// cutFile keeps the first n bytes of path: a synced copy of them is renamed
+// over it.
+func cutFile(fs vfs.FS, dir, path string, n int64) error {
+	src, err := fs.Open(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp := path + ".cut"
+	dst, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, io.LimitReader(src, n))
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = fs.Remove(tmp)
+		return err
+	}
+	dd, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer dd.Close()
+	return dd.Sync()
+}
+
+// readableEnd returns the offset where ll's readable records end, and the
+// file's size.
+func readableEnd(ll wal.LogicalLog, fs vfs.FS, path string) (end, size int64, err error) {
+	st, err := fs.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	r := ll.OpenForRead()
+	defer r.Close()
+	for {
+		_, off, err := r.NextRecord()
+		if errors.Is(err, io.EOF) {
+			return st.Size(), st.Size(), nil
+		}
+		if err != nil {
+			return off.Physical, st.Size(), nil
+		}
+	}
+}
+
+// pebbleOpen opens the dir with Pebble (read-only for the checks), turning
+// a panic or a Fatalf into an error: every failure is one line.
+func (d *dataDir) pebbleOpen(readOnly bool) (*pebble.DB, error) {
+	db, err := d.pebbleOpenRaw(readOnly)
+	if err != nil {
+		return nil, d.refusal(err)
+	}
+	return db, nil
+}
+
+// pebbleOpenRaw is pebbleOpen returning Pebble's error as it is.
+func (d *dataDir) pebbleOpenRaw(readOnly bool) (db *pebble.DB, err error) {
+	err = guardAll(func() error {
+		db, err = pebble.Open(d.dir, d.options(readOnly))
+		return err
+	})
+	return db, err
+}
+
+// refusal words an error met while opening or loading as one line, naming
+// the damaged file when Pebble reported one.
+func (d *dataDir) refusal(err error) error {
+	msg := oneLine(err.Error())
+	if path := d.events.corruptFile(); path != "" {
+		return fmt.Errorf("store: data dir %s is corrupt: table %s: %s; refusing to start (nothing was changed; --recover-corrupt cannot skip a damaged table: restore the dir from a backup, or move it away to start empty)",
+			d.dir, d.fs.PathBase(path), msg)
+	}
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("store: data dir %s is corrupt: %s; refusing to start (nothing was changed; if a write-ahead log is damaged, --recover-corrupt yes starts with what is readable)", d.dir, msg)
+	}
+	return fmt.Errorf("store: cannot open data dir %s (not modified): %s", d.dir, msg)
+}
+
+// oneLine keeps the first line of a message, and at most 400 bytes of it.
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 400 {
+		s = s[:400] + "..."
+	}
+	return s
+}
+
+// writable closes the read-only DB the log was loaded from (if it is) and
+// opens the dir for writing. Pebble flushes the WAL it replays before Open returns,
+// and on a full disk it would retry that flush forever: so the space it
+// needs is checked first (the ballast is given up for it if need be).
+func (d *dataDir) writable(ro *pebble.DB, committed uint64) (*pebble.DB, error) {
+	if !d.ro {
+		return ro, nil // created or converted: already writable
+	}
+	if err := guard(ro.Close); err != nil {
+		return nil, fmt.Errorf("store: data dir %s: %w", d.dir, err)
+	}
+	if err := d.space.roomToOpen(d.walBytes()); err != nil {
+		return nil, err
+	}
+	db, err := d.pebbleOpen(false)
+	if err != nil {
+		return nil, err
+	}
+	if d.lost > 0 {
+		// The mark must match the log from now on, or the next start
+		// would report the same loss again.
+		if err := writeMark(d.fs, d.dir, committed); err != nil {
+			_ = guardAll(db.Close)
+			return nil, fmt.Errorf("store: data dir %s: cannot reset %s after recovery: %w", d.dir, markFile, err)
+		}
+	}
+	return db, nil
+}
+
+// walBytes is the size of the WAL files a writable open replays and flushes.
+func (d *dataDir) walBytes() uint64 {
+	logs, err := wal.Scan(wal.Dir{FS: d.fs, Dirname: d.dir})
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, ll := range logs {
+		s, _ := ll.PhysicalSize()
+		n += s
+	}
+	return n
+}
+
+// reopen opens the dir for writing again after a fatal Pebble error (the
+// committer closed the broken DB; the lock is still held).
+func (d *dataDir) reopen() (*pebble.DB, error) {
+	if err := d.space.roomToOpen(d.walBytes()); err != nil {
+		return nil, err
+	}
+	return d.pebbleOpen(false)
+}
+
+// close releases the dir's lock (after its DB is closed).
+func (d *dataDir) close() {
+	if d.lock != nil {
+		_ = d.lock.Close()
+		d.lock = nil
+	}
+}
+
+func (d *dataDir) options(readOnly bool) *pebble.Options {
+	opts := &pebble.Options{
+		FS:                 d.fs,
+		FormatMajorVersion: pebbleFormat,
+		Logger:             d.events,
+		EventListener:      d.events.listener(),
+		MemTableSize:       d.cfg.MemTableSize,
+		Lock:               d.lock,
+		ReadOnly:           readOnly,
+		// Records arrive in key order, so flushed files hardly overlap and
+		// most compactions just move files down. These thresholds (kept
+		// from the first format, where they measured better) let flushes
+		// of a snapshot round's burst gather without stalling writes.
+		L0CompactionThreshold:     16,
+		L0CompactionFileThreshold: 1000,
+		L0StopWritesThreshold:     64,
+		MaxOpenFiles:              MaxOpenFiles,
+	}
+	// Records are mostly binary state and random keys: snappy would cost
+	// flush and compaction CPU for little space.
+	for i := range opts.Levels {
+		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+	}
+	return opts
+}
+
+func looksLikePebble(names []string) bool {
+	for _, n := range names {
+		if strings.HasPrefix(n, "marker.manifest") || n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-") {
+			return true
+		}
+	}
+	return false
+}

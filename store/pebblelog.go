@@ -1,0 +1,162 @@
+package store
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// pebbleEvents is where Pebble's log lines and event callbacks go. It logs
+// a background failure once when it starts and once when it ends, with a
+// count, and any other error line at most every errorfEvery: on a full disk
+// Pebble retries a failed flush or compaction at once and without end, and
+// its default listener logs every attempt (thousands of lines a second).
+// Nothing here exits the process: Fatalf panics with an errPebbleFatal,
+// which the committer and the open path recover into an error.
+type pebbleEvents struct {
+	log   *slog.Logger
+	space *diskSpace
+	// serving is set once the store is open: before, a damaged file is the
+	// open's one-line refusal and is not logged as well.
+	serving atomic.Bool
+
+	mu       sync.Mutex
+	bgErrs   int64         // background errors since background work last succeeded
+	bgLast   time.Time     // the latest of them
+	bgPause  time.Duration // how long the next one holds Pebble's background goroutine
+	lines    map[string]errorfState
+	damaged  map[string]bool // files Pebble reported corrupt
+	firstBad string          // the first of them
+}
+
+type errorfState struct {
+	at         time.Time
+	suppressed int
+}
+
+// errorfEvery is how often one kind of Pebble error line is logged.
+const errorfEvery = 10 * time.Second
+
+// bgPauseMax bounds the pause after each of a run of background errors.
+const bgPauseMax = time.Second
+
+func newPebbleEvents(log *slog.Logger, space *diskSpace) *pebbleEvents {
+	return &pebbleEvents{log: log, space: space, lines: map[string]errorfState{}, damaged: map[string]bool{}}
+}
+
+func (e *pebbleEvents) Infof(format string, args ...any) {
+	e.log.Debug("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+// Errorf logs a line of each format at most every errorfEvery, saying how
+// many were suppressed in between.
+func (e *pebbleEvents) Errorf(format string, args ...any) {
+	now := time.Now()
+	e.mu.Lock()
+	st := e.lines[format]
+	if now.Sub(st.at) < errorfEvery {
+		st.suppressed++
+		e.lines[format] = st
+		e.mu.Unlock()
+		return
+	}
+	e.lines[format] = errorfState{at: now}
+	e.mu.Unlock()
+	msg := "pebble: " + oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	if st.suppressed > 0 {
+		e.log.Error(msg, "similar_lines_suppressed", st.suppressed)
+		return
+	}
+	e.log.Error(msg)
+}
+
+// Fatalf panics instead of exiting: the committer recovers it (a failed
+// write must not take the server down) and reopens the database, and the
+// open path turns it into its one-line refusal.
+func (e *pebbleEvents) Fatalf(format string, args ...any) {
+	panic(errPebbleFatal{oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))})
+}
+
+func (e *pebbleEvents) listener() *pebble.EventListener {
+	return &pebble.EventListener{
+		BackgroundError: e.backgroundError,
+		DataCorruption:  e.dataCorruption,
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err == nil {
+				e.backgroundOK()
+			}
+		},
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			if info.Err == nil {
+				e.backgroundOK()
+			}
+		},
+	}
+}
+
+// backgroundError is called on Pebble's flush or compaction goroutine,
+// holding its mutex, each time one fails; Pebble then retries at once. From
+// the second error of a run on, it pauses (50 ms, doubling to bgPauseMax):
+// the only back-off Pebble can be given, and nothing else gets done without
+// the space or the disk anyway. A full disk also gives up the ballast.
+func (e *pebbleEvents) backgroundError(err error) {
+	e.mu.Lock()
+	e.bgErrs++
+	n, pause := e.bgErrs, e.bgPause
+	e.bgLast = time.Now()
+	if n >= 2 {
+		e.bgPause = min(max(2*e.bgPause, 50*time.Millisecond), bgPauseMax)
+	}
+	e.mu.Unlock()
+	if n == 1 {
+		e.log.Error("pebble: background work failed; retrying, further errors are counted until it succeeds", "err", oneLine(err.Error()))
+	}
+	if isNoSpace(err) && e.space != nil {
+		e.space.release()
+	}
+	if pause > 0 {
+		time.Sleep(pause)
+	}
+}
+
+// backgroundOK ends a run of background errors, once a flush or compaction
+// succeeds a second after the last error (a success between two failures of
+// a retry loop does not count).
+func (e *pebbleEvents) backgroundOK() {
+	e.mu.Lock()
+	n := e.bgErrs
+	if n == 0 || time.Since(e.bgLast) < time.Second {
+		e.mu.Unlock()
+		return
+	}
+	e.bgErrs, e.bgPause = 0, 0
+	e.mu.Unlock()
+	e.log.Info("pebble: background work succeeds again", "errors", n)
+}
+
+// dataCorruption records a file Pebble found damaged; the read that found
+// it fails with an error (Pebble's default listener would exit instead).
+func (e *pebbleEvents) dataCorruption(info pebble.DataCorruptionInfo) {
+	e.mu.Lock()
+	seen := e.damaged[info.Path]
+	e.damaged[info.Path] = true
+	if e.firstBad == "" {
+		e.firstBad = info.Path
+	}
+	e.mu.Unlock()
+	if !seen && e.serving.Load() {
+		e.log.Error("pebble: damaged file", "file", info.Path, "err", oneLine(fmt.Sprint(info.Details)))
+	}
+}
+
+// corruptFile is the first file Pebble reported damaged, or "".
+func (e *pebbleEvents) corruptFile() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.firstBad
+}

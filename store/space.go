@@ -1,0 +1,175 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// diskSpace keeps Pebble off a full disk. Pebble treats some failed writes
+// as fatal: a WAL it cannot extend or create panics its commit pipeline,
+// and the unwinding unlocks a mutex twice, which no recover survives; a
+// flush or compaction that fails is retried at once, forever. So the
+// committer asks room before each write and feeds Pebble nothing while
+// less than reserve bytes would be left: room for what Pebble may still
+// write on its own after the last commit (a new WAL's preallocation, a
+// memtable flush, some compaction output).
+//
+// The ballast, a file of zeros in the data dir (CockroachDB's emergency
+// ballast), is deleted the moment space runs short, so that Pebble's work in
+// flight can finish and a restart can flush its WAL; it is written again
+// before writes resume, which therefore needs reserve + ballast free.
+//
+// Its methods are safe for concurrent use (the committer and Pebble's
+// background error callback).
+type diskSpace struct {
+	fs      vfs.FS
+	dir     string
+	reserve uint64
+	size    uint64 // the ballast's size; 0: no ballast
+	total   uint64 // the file system's size; 0 if it does not say
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	ballast bool // the ballast file exists
+}
+
+func newDiskSpace(fs vfs.FS, dir string, cfg *Config) *diskSpace {
+	d := &diskSpace{fs: fs, dir: dir, reserve: cfg.DiskReserve, log: cfg.Logger}
+	if cfg.BallastSize > 0 {
+		d.size = uint64(cfg.BallastSize)
+	}
+	if u, err := fs.GetDiskUsage(dir); err == nil {
+		d.total = u.TotalBytes
+	}
+	if _, err := fs.Stat(d.path()); err == nil {
+		d.ballast = true
+	}
+	return d
+}
+
+func (d *diskSpace) path() string { return d.fs.PathJoin(d.dir, ballastFile) }
+
+// errNoSpace marks a write held back for lack of disk space.
+var errNoSpace = errors.New("store: no space left on device")
+
+// budget returns how many bytes may go to Pebble now, the first write
+// being of first bytes. It writes the ballast first if it is missing and
+// there is room for it and that write (so that the two do not take turns).
+// With no room it deletes the ballast and says why (see short). A file
+// system that reports no usage (some test ones) has no limit.
+func (d *diskSpace) budget(first uint64) (uint64, error) {
+	u, err := d.fs.GetDiskUsage(d.dir)
+	if err != nil {
+		return math.MaxUint64, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	avail := u.AvailBytes
+	if !d.ballast && d.size > 0 {
+		if avail < d.reserve+d.size+first {
+			return 0, d.shortLocked(avail, first)
+		}
+		if err := d.writeBallast(); err != nil {
+			return 0, fmt.Errorf("%w: cannot write the ballast %s: %v", errNoSpace, d.path(), err)
+		}
+		d.ballast = true
+		avail -= d.size
+	}
+	if avail < d.reserve+first {
+		return 0, d.shortLocked(avail, first)
+	}
+	return avail - d.reserve, nil
+}
+
+// short deletes the ballast, n bytes of changes not fitting in the budget.
+func (d *diskSpace) short(n uint64) error {
+	avail := uint64(0)
+	if u, err := d.fs.GetDiskUsage(d.dir); err == nil {
+		avail = u.AvailBytes
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.shortLocked(avail, n)
+}
+
+func (d *diskSpace) shortLocked(avail, n uint64) error {
+	d.releaseLocked(avail)
+	return fmt.Errorf("%w: %s free in %s; writes resume once %s are (a reserve of %s for Pebble, %s for the ballast, %s to write)",
+		errNoSpace, mib(avail), d.dir, mib(d.reserve+d.size+n), mib(d.reserve), mib(d.size), mib(n))
+}
+
+// release deletes the ballast (Pebble's background work ran out of space).
+func (d *diskSpace) release() {
+	avail := uint64(0)
+	if u, err := d.fs.GetDiskUsage(d.dir); err == nil {
+		avail = u.AvailBytes
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.releaseLocked(avail)
+}
+
+func (d *diskSpace) releaseLocked(avail uint64) {
+	if !d.ballast {
+		return
+	}
+	if err := d.fs.Remove(d.path()); err != nil && !errors.Is(err, syscall.ENOENT) {
+		d.log.Error("persistence: cannot delete the ballast", "file", d.path(), "err", err)
+		return
+	}
+	d.ballast = false
+	d.log.Warn("persistence: disk nearly full; ballast deleted to leave Pebble room, writes wait in memory", "dir", d.dir, "free", mib(avail), "ballast", mib(d.size))
+}
+
+// roomToOpen checks that a writable open can flush the walBytes of WAL it
+// replays (giving up the ballast for it if need be).
+func (d *diskSpace) roomToOpen(walBytes uint64) error {
+	need := walBytes + walBytes/8 + 1<<20
+	u, err := d.fs.GetDiskUsage(d.dir)
+	if err != nil || u.AvailBytes >= need {
+		return nil
+	}
+	d.release()
+	if u, err = d.fs.GetDiskUsage(d.dir); err != nil || u.AvailBytes >= need {
+		return nil
+	}
+	return fmt.Errorf("store: data dir %s: no space left on device to open it: %s free, flushing its write-ahead log needs about %s (its data is unchanged; free some space)",
+		d.dir, mib(u.AvailBytes), mib(need))
+}
+
+func (d *diskSpace) writeBallast() error {
+	f, err := d.fs.Create(d.path(), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	zeros := make([]byte, 1<<20)
+	for left := d.size; left > 0 && err == nil; {
+		n := min(left, uint64(len(zeros)))
+		_, err = f.Write(zeros[:n])
+		left -= n
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = d.fs.Remove(d.path())
+	}
+	return err
+}
+
+// isNoSpace reports whether err is the file system being full.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, errNoSpace)
+}
+
+// mib formats a byte count for messages.
+func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lockedLog collects log lines for tests.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) lines(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), substr)
+}
+
+func (l *lockedLog) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// fullDisk is a file system whose free space the test sets.
+func fullDisk() (*vfs.MemFS, func(avail uint64)) {
+	mem := vfs.NewMem()
+	set := func(avail uint64) {
+		mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: avail, TotalBytes: 1 << 30, UsedBytes: 1<<30 - avail})
+	}
+	set(1 << 30)
+	return mem, set
+}
+
+// TestFullDiskWaitsThenWritesOut: with less free space than the reserve,
+// nothing reaches Pebble and the ballast is given up, while decisions keep
+// coming from memory; once space is back the ballast is written again and
+// so is every change.
+func TestFullDiskWaitsThenWritesOut(t *testing.T) {
+	mem, setAvail := fullDisk()
+	var log lockedLog
+	clk := wallClock()
+	cfg := Config{Shards: 2, Clock: clk, SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: mem,
+		MemTableSize: 1 << 20, Logger: log.logger()} // reserve 4 MiB, ballast 2 MiB
+	st, err := New(cfg)
+	require.NoError(t, err)
+	run(st, throttleOp("before", 5, 1, 3600, 1))
+	ballast := mem.PathJoin("db", ballastFile)
+	_, err = mem.Stat(ballast)
+	require.NoError(t, err, "the ballast is written with the first commit")
+
+	commits := st.PersistStats().Commits
+	setAvail(3 << 20)
+	for i := 0; i < 100; i++ {
+		op := throttleOp(fmt.Sprint("full:", i), 5, 1, 3600, 1)
+		run(st, op)
+		require.NoError(t, op.Err)
+		require.Equal(t, int64(5), op.Result.Remaining)
+	}
+	require.ErrorContains(t, st.PersistErr(), "no space left on device")
+	assert.Equal(t, commits, st.PersistStats().Commits, "nothing reaches Pebble while the disk is full")
+	_, err = mem.Stat(ballast)
+	assert.Error(t, err, "the ballast is given up")
+	assert.Equal(t, 1, log.lines("write failed"), "one line when writes start failing")
+
+	setAvail(1 << 30)
+	require.Eventually(t, func() bool { return st.PersistErr() == nil }, 5*time.Second, 10*time.Millisecond)
+	_, err = mem.Stat(ballast)
+	assert.NoError(t, err, "the ballast is back")
+	assert.Equal(t, 1, log.lines("writes succeed again"))
+	require.NoError(t, st.Close())
+
+	st, err = New(cfg)
+	require.NoError(t, err)
+	defer st.Close()
+	for i := 0; i < 100; i++ {
+		_, ok, _ := state(st, fmt.Sprint("full:", i))
+		require.True(t, ok, "full:%d, changed while the disk was full, was written once space came back", i)
+	}
+}
+
+// TestFailedBacklogDroppedThenResynced: when more changes wait for the disk
+// than maxFailedBytes, they are dropped, and every shard rewrites its keys
+// from memory once writes work again: nothing is lost.
+func TestFailedBacklogDroppedThenResynced(t *testing.T) {
+	defer func(v int64) { maxFailedBytes = v }(maxFailedBytes)
+	maxFailedBytes = 1
+	mem, setAvail := fullDisk()
+	var log lockedLog
+	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: mem,
+		MemTableSize: 1 << 20, Logger: log.logger()}
+	st, err := New(cfg)
+	require.NoError(t, err)
+	setAvail(1 << 20)
+	for i := 0; i < 300; i++ {
+		run(st, throttleOp(fmt.Sprint("k", i), 5, 1, 3600, 1))
+	}
+	require.Positive(t, log.lines("dropped them"))
+	setAvail(1 << 30)
+	require.Eventually(t, func() bool { return st.PersistErr() == nil && st.p.pending.Load() == 0 }, 5*time.Second, 10*time.Millisecond)
+	// The rewrite runs on the shards after the committer asks for it.
+	require.Eventually(t, func() bool {
+		return st.PersistStats().Changes >= 300
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, st.Close())
+	st, err = New(cfg)
+	require.NoError(t, err)
+	defer st.Close()
+	assert.Equal(t, int64(300), st.PersistStats().KeysLoaded)
+}
+
+// TestWriteRetryBackoff: the wait before the next attempt after a failed
+// write doubles from 1 s to 30 s; a lack of space is checked every second;
+// success starts over. The run of failures is logged once each way.
+func TestWriteRetryBackoff(t *testing.T) {
+	var log lockedLog
+	p := newPersister(nil, FsyncEverySec, log.logger())
+	plain, full := errors.New("injected: i/o error"), fmt.Errorf("%w: injected", errNoSpace)
+	for _, step := range []struct {
+		err  error // nil: a write succeeds
+		want time.Duration
+	}{
+		{plain, 1 * time.Second},
+		{plain, 2 * time.Second},
+		{plain, 4 * time.Second},
+		{plain, 8 * time.Second},
+		{full, 1 * time.Second},
+		{plain, 16 * time.Second},
+		{plain, 30 * time.Second},
+		{plain, 30 * time.Second},
+		{nil, 0},
+		{plain, 1 * time.Second},
+	} {
+		if step.err == nil {
+			p.ok()
+			continue
+		}
+		p.fail(step.err)
+		assert.Equal(t, step.want, p.nextRetry, "after %v", step.err)
+	}
+	assert.Equal(t, 2, log.lines("write failed"))
+	assert.Equal(t, 1, log.lines("writes succeed again"))
+	assert.Equal(t, int64(9), p.writeErrors.Load())
+}
+
+// TestPebbleEventsQuiet: Pebble's retry loop of failing background work
+// logs one line when it starts and one when it ends, pausing longer after
+// each error; its other error lines are rate limited.
+func TestPebbleEventsQuiet(t *testing.T) {
+	var log lockedLog
+	e := newPebbleEvents(log.logger(), nil)
+	for i := 0; i < 3; i++ {
+		e.backgroundError(errors.New("write 000012.sst: no space left on device"))
+	}
+	assert.Equal(t, 1, log.lines("background work failed"))
+	assert.Equal(t, 100*time.Millisecond, e.bgPause, "no pause after the first two errors, then 50 ms doubling")
+	e.backgroundOK() // a success between two failures of the retry loop
+	assert.Zero(t, log.lines("succeeds again"))
+	e.mu.Lock()
+	e.bgLast = time.Now().Add(-2 * time.Second)
+	e.mu.Unlock()
+	e.backgroundOK()
+	assert.Equal(t, 1, log.lines("succeeds again\" errors=3"))
+	assert.Zero(t, e.bgPause)
+
+	for i := 0; i < 100; i++ {
+		e.Errorf("cannot delete obsolete file %d", i)
+	}
+	assert.Equal(t, 1, log.lines("cannot delete obsolete file"))
+	assert.Panics(t, func() { e.Fatalf("fatal %s", "x") })
+}
+
+// TestOpenOnFullDisk: opening for writing flushes the WAL Pebble replays,
+// which it would retry forever on a full disk; so a start without the space
+// for it is refused in one line, and the ballast is given up to make room.
+func TestOpenOnFullDisk(t *testing.T) {
+	mem, setAvail := fullDisk()
+	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: mem,
+		MemTableSize: 1 << 20, Logger: slog.New(slog.DiscardHandler)}
+	st, err := New(cfg)
+	require.NoError(t, err)
+	for i := 0; i < 2000; i++ {
+		run(st, throttleOp(fmt.Sprint("k", i), 5, 1, 3600, 1))
+	}
+	require.NoError(t, st.Close())
+	ballast := mem.PathJoin("db", ballastFile)
+	_, err = mem.Stat(ballast)
+	require.NoError(t, err)
+
+	setAvail(64 << 10)
+	_, err = New(cfg)
+	require.ErrorContains(t, err, "no space left on device to open it")
+	assert.NotContains(t, err.Error(), "\n")
+	_, err = mem.Stat(ballast)
+	assert.Error(t, err, "the ballast was given up for the flush")
+
+	setAvail(1 << 30)
+	st, err = New(cfg)
+	require.NoError(t, err)
+	defer st.Close()
+	assert.Equal(t, int64(2000), st.PersistStats().KeysLoaded)
+}
