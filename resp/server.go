@@ -685,7 +685,7 @@ func (s *Server) outputOK(gc gnet.Conn, c *conn) bool {
 		c.softSince.Store(now)
 		return true
 	}
-	if time.Duration(now-since)*time.Millisecond >= s.cfg.OutputSoftFor {
+	if time.Duration(now-since)*time.Millisecond >= s.cfg.OutputSoftFor+clockTick {
 		s.overOutput(c, waiting)
 		return false
 	}
@@ -699,13 +699,16 @@ func (s *Server) overOutput(c *conn, n int64) {
 	s.cfg.Logger.Warn("Client scheduled to be closed ASAP for overcoming of output buffer limits.", "id", c.cl.ID, "addr", c.cl.Addr, "bytes", n)
 }
 
+// clockTick is how often the coarse clock moves.
+const clockTick = 100 * time.Millisecond
+
 // sweeper is Redis's clientsCron for what needs a clock: it keeps the
 // coarse clock, closes clients idle past IdleTimeout, and those whose
 // replies stayed above the soft output limit even though they stopped
 // sending. It looks at atomics only; a candidate is checked again, and
 // closed, on its own event loop.
 func (s *Server) sweeper() {
-	tk := time.NewTicker(100 * time.Millisecond)
+	tk := time.NewTicker(clockTick)
 	defer tk.Stop()
 	var round int
 	var cands []gnet.Conn
@@ -740,7 +743,8 @@ func (s *Server) sweeper() {
 
 // idle reports whether c sent nothing for IdleTimeout.
 func (s *Server) idle(c *conn, now int64) bool {
-	return s.cfg.IdleTimeout > 0 && time.Duration(now-c.lastIO.Load())*time.Millisecond > s.cfg.IdleTimeout
+	// A stamp may be a tick old: never close a client early for that.
+	return s.cfg.IdleTimeout > 0 && time.Duration(now-c.lastIO.Load())*time.Millisecond > s.cfg.IdleTimeout+clockTick
 }
 
 // recheck closes gc if it is still idle or over its soft output limit; on

@@ -149,6 +149,7 @@ var infoCellOnly = map[string]string{
 	"last_fsync_time":                    "choice-info-cellserver",
 	"disk_bytes":                         "choice-info-cellserver",
 	"snapshot_rounds":                    "choice-info-cellserver",
+	"corrupt_records_lost":               "choice-info-cellserver",
 	"stop_writes_on_persist_error":       "choice-info-cellserver",
 	"client_idle_timeout_disconnections": "choice-info-cellserver",
 	"client_query_buffer_limit_disconnections":  "choice-info-cellserver",
