@@ -104,7 +104,7 @@ func writeCommandInfo(w *Out, c *Command) {
 	}
 	w.WriteArray(len(c.Tips))
 	for _, t := range c.Tips {
-		w.WriteString(t)
+		w.WriteBulkString(t)
 	}
 	if c.FirstKey > 0 {
 		// One key spec: keys from FirstKey to LastKey every Step.
@@ -212,7 +212,7 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 			if cmd := s.lookupFull(a); cmd != nil {
 				writeCommandInfo(w, cmd)
 			} else {
-				w.WriteNullArray()
+				w.WriteNull() // Redis 7's addReplyNull: $-1, not *-1
 			}
 		}
 	case "docs":
