@@ -219,7 +219,7 @@ func clusterSlots(c *Client, w *Out, _ [][]byte) {
 			w.WriteBulkString(n.Host)
 			w.WriteInt(int64(n.Port))
 			w.WriteBulkString(n.ID)
-			w.WriteArray(0)
+			w.WriteMap(0) // networking metadata (Redis 7): none
 		}
 	}
 }
@@ -243,7 +243,7 @@ func clusterShards(c *Client, w *Out, _ [][]byte) {
 				own = append(own, r)
 			}
 		}
-		w.WriteArray(4)
+		w.WriteMap(2)
 		w.WriteBulkString("slots")
 		w.WriteArray(2 * len(own))
 		for _, r := range own {
@@ -258,7 +258,7 @@ func clusterShards(c *Client, w *Out, _ [][]byte) {
 			if j > 0 {
 				role = "replica"
 			}
-			w.WriteArray(14)
+			w.WriteMap(7)
 			w.WriteBulkString("id")
 			w.WriteBulkString(n.ID)
 			w.WriteBulkString("port")
@@ -288,7 +288,7 @@ func clusterNodes(c *Client, w *Out, _ [][]byte) {
 	if t == nil {
 		// Not configured yet: only this node, owning nothing.
 		fmt.Fprintf(&b, "%s %s:%d@%d myself,master - 0 0 0 connected\n", s.myID, s.cfg.Cluster.Host, s.cfg.Cluster.Port, s.cfg.Cluster.Port+10000)
-		w.WriteBulkString(b.String())
+		w.WriteVerbatim(b.String())
 		return
 	}
 	rs := slotRanges(t)
@@ -319,7 +319,7 @@ func clusterNodes(c *Client, w *Out, _ [][]byte) {
 			b.WriteByte('\n')
 		}
 	}
-	w.WriteBulkString(b.String())
+	w.WriteVerbatim(b.String())
 }
 
 // CLUSTER INFO
@@ -361,7 +361,7 @@ func clusterInfo(c *Client, w *Out, _ [][]byte) {
 	line("cluster_stats_messages_sent", 0)
 	line("cluster_stats_messages_received", 0)
 	line("total_cluster_links_buffer_limit_exceeded", 0)
-	w.WriteBulkString(b.String())
+	w.WriteVerbatim(b.String())
 }
 
 // CLUSTER MYID

@@ -112,7 +112,8 @@ func TestRawReplies(t *testing.T) {
 		{[]string{"CLIENT", "SETINFO", "LIB-NAME", "go-redis(v9)"}, "+OK\r\n"},
 		{[]string{"CLIENT", "SETINFO", "color", "x"}, "-ERR Unrecognized option 'color'\r\n"},
 		{[]string{"AUTH", "x"}, "-" + ErrAuthNoPassword + "\r\n"},
-		{[]string{"HELLO", "3"}, "-NOPROTO unsupported protocol version\r\n"},
+		{[]string{"HELLO", "4"}, "-NOPROTO unsupported protocol version\r\n"},
+		{[]string{"HELLO", "1"}, "-NOPROTO unsupported protocol version\r\n"},
 		{[]string{"HELLO", "x"}, "-ERR Protocol version is not an integer or out of range\r\n"},
 		{[]string{"HELLO", "2", "FOO"}, "-ERR Syntax error in HELLO option 'FOO'\r\n"},
 		{[]string{"DEBUG", "CLOCK", "SET", "1"}, "-" + ErrDebugNotAllowed + "\r\n"},
@@ -264,7 +265,8 @@ func TestInfoAndCommand(t *testing.T) {
 	assert.Equal(t, ":"+itoa(len(h.srv.table))+"\r\n", h.cmd("COMMAND", "COUNT"))
 	ci := h.cmd("COMMAND", "INFO", "cl.throttle", "nosuch")
 	assert.True(t, strings.HasPrefix(ci, "*2\r\n*10\r\n$11\r\ncl.throttle\r\n:-1\r\n*1\r\n+write\r\n:1\r\n:1\r\n:1\r\n"), ci)
-	assert.True(t, strings.HasSuffix(ci, "*0\r\n$-1\r\n"), ci)
+	assert.True(t, strings.HasSuffix(ci, "*0\r\n$-1\r\n"), ci) // Redis 7's addReplyNull
+	assert.Contains(t, h.cmd("COMMAND", "INFO", "time"), "*1\r\n$23\r\nnondeterministic_output\r\n", "tips are bulk strings")
 	assert.Contains(t, h.cmd("COMMAND", "DOCS", "get"), "$7\r\nsummary\r\n")
 	assert.Contains(t, h.cmd("CLIENT", "LIST"), "id=1 addr=127.0.0.1:5555 laddr=127.0.0.1:5555 fd=-1 name= age=")
 }

@@ -22,7 +22,7 @@ func registerConnection(t Table) {
 		slow(&Command{Name: "auth", Arity: -2, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
 			Summary: "Authenticates the connection.", Since: "1.0.0", Run: authCmd}),
 		slow(&Command{Name: "hello", Arity: -1, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
-			Summary: "Handshakes with the server (RESP2 only).", Since: "6.0.0", Run: helloCmd}),
+			Summary: "Handshakes with the Redis server.", Since: "6.0.0", Run: helloCmd}),
 		&Command{Name: "client", Arity: -2, Group: "connection", Summary: "A container for client connection commands.", Since: "2.4.0",
 			Subcommands: []*Command{
 				{Name: "client|setname", Arity: 3, Flags: []string{"fast"}, Run: clientSetName, Summary: "Sets the connection name.", Since: "2.6.9"},
@@ -177,14 +177,14 @@ func authCmd(c *Client, w *Out, args [][]byte) {
 
 // HELLO [protover [AUTH username password] [SETNAME clientname]]
 func helloCmd(c *Client, w *Out, args [][]byte) {
+	var ver int64 // 0: keep the connection's protocol
 	if len(args) >= 2 {
-		ver, ok := parseRedisInt(args[1])
-		if !ok {
+		var ok bool
+		if ver, ok = parseRedisInt(args[1]); !ok {
 			w.WriteError(ErrProtoNotInt)
 			return
 		}
-		// RESP3 is not implemented: clients fall back to RESP2 on this error.
-		if ver != 2 {
+		if ver != 2 && ver != 3 {
 			w.WriteError(ErrNoProto)
 			return
 		}
@@ -222,13 +222,18 @@ func helloCmd(c *Client, w *Out, args [][]byte) {
 		c.name = string(name)
 		c.mu.Unlock()
 	}
-	w.WriteArray(14)
+	// The switch applies to HELLO's own reply and every one after it.
+	if ver != 0 {
+		c.proto.Store(int32(ver))
+		w.Proto = int(ver)
+	}
+	w.WriteMap(7)
 	w.WriteBulkString("server")
 	w.WriteBulkString("redis")
 	w.WriteBulkString("version")
 	w.WriteBulkString(RedisVersion)
 	w.WriteBulkString("proto")
-	w.WriteInt(2)
+	w.WriteInt(int64(c.Proto()))
 	w.WriteBulkString("id")
 	w.WriteInt(c.ID)
 	w.WriteBulkString("mode")
@@ -342,11 +347,11 @@ func clientList(c *Client, w *Out, args [][]byte) {
 			b.WriteByte('\n')
 		}
 	}
-	w.WriteBulkString(b.String())
+	w.WriteVerbatim(b.String())
 }
 
 // CLIENT INFO
-func clientInfo(c *Client, w *Out, _ [][]byte) { w.WriteBulkString(c.infoLine() + "\n") }
+func clientInfo(c *Client, w *Out, _ [][]byte) { w.WriteVerbatim(c.infoLine() + "\n") }
 
 // CLIENT HELP
 func clientHelp(_ *Client, w *Out, _ [][]byte) {
@@ -388,6 +393,6 @@ func (c *Client) infoLine() string {
 		cmd = lc.Name
 	}
 	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=2 lib-name=%s lib-ver=%s",
-		c.ID, c.Addr, c.LAddr, name, int64(now.Sub(c.created).Seconds()), idle, cmd, c.user(), lib, ver)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, name, int64(now.Sub(c.created).Seconds()), idle, cmd, c.user(), c.Proto(), lib, ver)
 }

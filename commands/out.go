@@ -1,6 +1,8 @@
 package commands
 
 import (
+	"bytes"
+	"math"
 	"strconv"
 
 	"github.com/tidwall/redcon"
@@ -8,7 +10,13 @@ import (
 
 // Out is a pipeline's reply buffer: handlers append RESP replies to it and
 // the wire layer writes it to the socket with one flush. The zero value is
-// ready to use.
+// ready to use and writes RESP2.
+//
+// Proto is the protocol the replies are written in, the connection's
+// (HELLO): Exec sets it before the pipeline's first reply. The writers of
+// RESP3's own types (WriteMap, WriteSet, WriteNull, WriteVerbatim,
+// WriteDouble, WriteBool) write what Redis sends a RESP2 client instead
+// when Proto is not 3; every other writer is the same in both.
 //
 // A large bulk reply that repeats a request's argument (ECHO) is not copied
 // into B but referenced (WriteBulkRef): the wire layer writes B and the
@@ -24,6 +32,9 @@ type Out struct {
 	// drops the client (Redis's client-output-buffer-limit). A command's own
 	// reply may take it past Limit; the next command does not run.
 	Limit int
+	// Proto is 3 for RESP3; anything else (2, or 0 in the zero value) is
+	// RESP2.
+	Proto int
 }
 
 // outRef is a referenced bulk body, to be written before B[at:].
@@ -110,11 +121,118 @@ func (o *Out) WriteInt(n int64) { o.B = redcon.AppendInt(o.B, n) }
 // WriteArray appends an array header of n elements.
 func (o *Out) WriteArray(n int) { o.B = redcon.AppendArray(o.B, n) }
 
-// WriteNull appends the RESP2 null bulk string.
-func (o *Out) WriteNull() { o.B = redcon.AppendNull(o.B) }
+// WriteNull appends a null as Redis's addReplyNull: _ in RESP3, the null
+// bulk string ($-1) in RESP2.
+func (o *Out) WriteNull() {
+	if o.Proto == 3 {
+		o.B = append(o.B, "_\r\n"...)
+		return
+	}
+	o.B = redcon.AppendNull(o.B)
+}
 
-// WriteNullArray appends the RESP2 null array (*-1).
-func (o *Out) WriteNullArray() { o.B = append(o.B, "*-1\r\n"...) }
+// WriteNullArray appends a null as Redis's addReplyNullArray: _ in RESP3,
+// the null array (*-1) in RESP2.
+func (o *Out) WriteNullArray() {
+	if o.Proto == 3 {
+		o.B = append(o.B, "_\r\n"...)
+		return
+	}
+	o.B = append(o.B, "*-1\r\n"...)
+}
+
+// WriteMap appends a map header of n key-value pairs, which the caller
+// writes next, key then value: %n in RESP3, an array of 2n in RESP2.
+func (o *Out) WriteMap(n int) {
+	if o.Proto == 3 {
+		o.B = appendHeader(o.B, '%', n)
+		return
+	}
+	o.B = redcon.AppendArray(o.B, 2*n)
+}
+
+// WriteSet appends a set header of n elements: ~n in RESP3, an array of n
+// in RESP2.
+func (o *Out) WriteSet(n int) {
+	if o.Proto == 3 {
+		o.B = appendHeader(o.B, '~', n)
+		return
+	}
+	o.B = redcon.AppendArray(o.B, n)
+}
+
+// WriteVerbatim appends s as Redis's addReplyVerbatim with format "txt":
+// a verbatim string (=) in RESP3, a bulk string of s in RESP2.
+func (o *Out) WriteVerbatim(s string) {
+	if o.Proto != 3 {
+		o.B = redcon.AppendBulkString(o.B, s)
+		return
+	}
+	o.B = appendHeader(o.B, '=', len(s)+4)
+	o.B = append(append(append(o.B, "txt:"...), s...), '\r', '\n')
+}
+
+// WriteDouble appends f as Redis 7.2's addReplyDouble: a double (,) in
+// RESP3, a bulk string in RESP2. No command sends one yet; the text is
+// Redis's for integral values (as an integer), inf, -inf, nan and -0, and
+// otherwise the shortest decimal that reads back as f, in %g's layout
+// (an exponent below -4 or from 17 on), which is what Redis's fpconv
+// writes for the usual magnitudes.
+func (o *Out) WriteDouble(f float64) {
+	var tmp [32]byte
+	d := appendDouble(tmp[:0], f)
+	if o.Proto != 3 {
+		o.B = redcon.AppendBulk(o.B, d)
+		return
+	}
+	o.B = append(append(append(o.B, ','), d...), '\r', '\n')
+}
+
+// appendDouble appends f's text for WriteDouble.
+func appendDouble(b []byte, f float64) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(b, "nan"...)
+	case math.IsInf(f, 1):
+		return append(b, "inf"...)
+	case math.IsInf(f, -1):
+		return append(b, "-inf"...)
+	case f == 0 && math.Signbit(f):
+		return append(b, "-0"...)
+	case f == math.Trunc(f) && math.Abs(f) <= 1<<62: // Redis's double2ll range
+		return strconv.AppendInt(b, int64(f), 10)
+	}
+	// The shortest digits in e form tell the decimal exponent exactly.
+	from := len(b)
+	b = strconv.AppendFloat(b, f, 'e', -1, 64)
+	e := bytes.LastIndexByte(b[from:], 'e')
+	exp, _ := strconv.Atoi(string(b[from+e+1:]))
+	if exp < -4 || exp >= 17 {
+		return b
+	}
+	return strconv.AppendFloat(b[:from], f, 'f', -1, 64)
+}
+
+// WriteBool appends a boolean: #t or #f in RESP3, the integer 1 or 0 in
+// RESP2.
+func (o *Out) WriteBool(v bool) {
+	switch {
+	case o.Proto == 3 && v:
+		o.B = append(o.B, "#t\r\n"...)
+	case o.Proto == 3:
+		o.B = append(o.B, "#f\r\n"...)
+	case v:
+		o.B = redcon.AppendInt(o.B, 1)
+	default:
+		o.B = redcon.AppendInt(o.B, 0)
+	}
+}
+
+// appendHeader appends a RESP type byte, n in decimal and CRLF; redcon has
+// no writers for RESP3's types.
+func appendHeader(b []byte, typ byte, n int) []byte {
+	return append(strconv.AppendInt(append(b, typ), int64(n), 10), '\r', '\n')
+}
 
 // Len returns the length of the replies, referenced bodies included.
 func (o *Out) Len() int { return len(o.B) + o.nref }

@@ -219,6 +219,9 @@ type Client struct {
 	libVer  string
 	authed  atomic.Bool
 	admin   atomic.Bool // authenticated as the admin user
+	// proto is the connection's protocol, 2 (RESP2) until HELLO 3, which
+	// makes it 3; CLIENT LIST reads it from other connections.
+	proto atomic.Int32
 	// authFails counts the connection's failed AUTHs (see authFailed).
 	// Only the goroutine running the connection's pipeline touches it.
 	authFails int
@@ -260,6 +263,7 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 	}
 	c.lastUsed.Store(time.Now().UnixNano())
 	c.authed.Store(s.cfg.RequirePass == "")
+	c.proto.Store(2)
 	s.stats.connections.Add(1)
 	s.clientsMu.Lock()
 	s.clients[c.ID] = c
@@ -330,6 +334,10 @@ func (s *Server) commandStat(cmd *Command) (calls, failed, rejected, usec int64)
 // Authenticated reports whether the client passed AUTH (or none is required).
 // The wire layer uses it for Redis's tighter limits on unauthenticated input.
 func (c *Client) Authenticated() bool { return c.authed.Load() }
+
+// Proto is the client's protocol version: 2 (RESP2) or 3 (RESP3, after
+// HELLO 3).
+func (c *Client) Proto() int { return int(c.proto.Load()) }
 
 // Closing reports whether the client asked to close (QUIT): the wire layer
 // flushes the replies and closes the connection.
@@ -406,10 +414,13 @@ func (s *Server) Slow(cmds [][][]byte) bool {
 }
 
 // Exec runs one pipeline: the commands in cmds (each the full argv), with
-// replies appended to out in request order. It returns how many it ran: all
-// of them, unless the client quit or the replies went past out.Limit first
-// (the wire layer then writes them and runs the rest, or drops the client).
+// replies appended to out in request order, in the client's protocol
+// (Exec sets out.Proto; a HELLO in the pipeline changes it for the replies
+// after its own). It returns how many it ran: all of them, unless the
+// client quit or the replies went past out.Limit first (the wire layer then
+// writes them and runs the rest, or drops the client).
 func (s *Server) Exec(c *Client, cmds [][][]byte, out *Out) int {
+	out.Proto = c.Proto()
 	now := time.Now()
 	c.lastUsed.Store(now.UnixNano())
 	n := 0

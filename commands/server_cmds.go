@@ -86,12 +86,13 @@ func hasFlag(flags []string, f string) bool {
 	return false
 }
 
-// writeInfo writes one command's COMMAND INFO entry in Redis 7's 10-field form.
+// writeCommandInfo writes one command's COMMAND INFO entry in Redis 7's
+// 10-field form, with Redis's sets and maps in RESP3.
 func writeCommandInfo(w *Out, c *Command) {
 	w.WriteArray(10)
 	w.WriteBulkString(c.Name)
 	w.WriteInt(int64(c.Arity))
-	w.WriteArray(len(c.Flags))
+	w.WriteSet(len(c.Flags))
 	for _, f := range c.Flags {
 		w.WriteString(f)
 	}
@@ -99,13 +100,13 @@ func writeCommandInfo(w *Out, c *Command) {
 	w.WriteInt(int64(c.LastKey))
 	w.WriteInt(int64(c.Step))
 	cats := c.aclCategories()
-	w.WriteArray(len(cats))
+	w.WriteSet(len(cats))
 	for _, a := range cats {
 		w.WriteString(a)
 	}
-	w.WriteArray(len(c.Tips))
+	w.WriteSet(len(c.Tips))
 	for _, t := range c.Tips {
-		w.WriteString(t)
+		w.WriteBulkString(t)
 	}
 	if c.FirstKey > 0 {
 		// One key spec: keys from FirstKey to LastKey every Step.
@@ -117,25 +118,25 @@ func writeCommandInfo(w *Out, c *Command) {
 		if hasFlag(c.Flags, "readonly") {
 			flag = "RO"
 		}
-		w.WriteArray(1)
-		w.WriteArray(6)
+		w.WriteSet(1)
+		w.WriteMap(3)
 		w.WriteBulkString("flags")
-		w.WriteArray(1)
+		w.WriteSet(1)
 		w.WriteString(flag)
 		w.WriteBulkString("begin_search")
-		w.WriteArray(4)
+		w.WriteMap(2)
 		w.WriteBulkString("type")
 		w.WriteBulkString("index")
 		w.WriteBulkString("spec")
-		w.WriteArray(2)
+		w.WriteMap(1)
 		w.WriteBulkString("index")
 		w.WriteInt(int64(c.FirstKey))
 		w.WriteBulkString("find_keys")
-		w.WriteArray(4)
+		w.WriteMap(2)
 		w.WriteBulkString("type")
 		w.WriteBulkString("range")
 		w.WriteBulkString("spec")
-		w.WriteArray(6)
+		w.WriteMap(3)
 		w.WriteBulkString("lastkey")
 		w.WriteInt(int64(last))
 		w.WriteBulkString("keystep")
@@ -143,7 +144,12 @@ func writeCommandInfo(w *Out, c *Command) {
 		w.WriteBulkString("limit")
 		w.WriteInt(0)
 	} else {
-		w.WriteArray(0)
+		w.WriteSet(0)
+	}
+	// Redis answers an empty set for no subcommands, an array otherwise.
+	if len(c.Subcommands) == 0 {
+		w.WriteSet(0)
+		return
 	}
 	w.WriteArray(len(c.Subcommands))
 	for _, s := range c.Subcommands {
@@ -151,12 +157,13 @@ func writeCommandInfo(w *Out, c *Command) {
 	}
 }
 
+// writeCommandDocs writes one command's COMMAND DOCS map.
 func writeCommandDocs(w *Out, c *Command, group string) {
-	n := 6
+	n := 3
 	if len(c.Subcommands) > 0 {
-		n += 2
+		n++
 	}
-	w.WriteArray(n)
+	w.WriteMap(n)
 	w.WriteBulkString("summary")
 	w.WriteBulkString(c.Summary)
 	w.WriteBulkString("since")
@@ -168,7 +175,7 @@ func writeCommandDocs(w *Out, c *Command, group string) {
 	w.WriteBulkString(group)
 	if len(c.Subcommands) > 0 {
 		w.WriteBulkString("subcommands")
-		w.WriteArray(2 * len(c.Subcommands))
+		w.WriteMap(len(c.Subcommands))
 		for _, s := range c.Subcommands {
 			w.WriteBulkString(s.Name)
 			writeCommandDocs(w, s, group)
@@ -213,7 +220,7 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 			if cmd := s.lookupFull(a); cmd != nil {
 				writeCommandInfo(w, cmd)
 			} else {
-				w.WriteNull() // Redis's addReplyNull: $-1 in RESP2
+				w.WriteNull() // Redis 7's addReplyNull: $-1, not *-1
 			}
 		}
 	case "docs":
@@ -229,7 +236,7 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 				}
 			}
 		}
-		w.WriteArray(2 * len(list))
+		w.WriteMap(len(list))
 		for _, cmd := range list {
 			w.WriteBulkString(cmd.Name)
 			writeCommandDocs(w, cmd, "server")
@@ -432,7 +439,7 @@ func configGet(c *Client, w *Out, args [][]byte) {
 			}
 		}
 	}
-	w.WriteArray(len(out))
+	w.WriteMap(len(out) / 2)
 	for _, s := range out {
 		w.WriteBulkString(s)
 	}
@@ -531,7 +538,7 @@ func infoCmd(c *Client, w *Out, args [][]byte) {
 		}
 		c.srv.writeInfoSection(&b, sec)
 	}
-	w.WriteBulkString(b.String())
+	w.WriteVerbatim(b.String())
 }
 
 func (s *Server) writeInfoSection(b *strings.Builder, sec string) {

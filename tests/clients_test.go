@@ -19,7 +19,7 @@ import (
 )
 
 // TestGoRedisCommands exercises single commands through go-redis v9 with its
-// default options (HELLO 3, falling back to RESP2 on NOPROTO).
+// default options (HELLO 3: the connection speaks RESP3).
 func TestGoRedisCommands(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -205,7 +205,7 @@ func TestGoRedisCommands(t *testing.T) {
 		require.Equal(t, "e2e-conn", ci.Name)
 		require.True(t, strings.HasPrefix(ci.LibName, "go-redis("), "CLIENT SETINFO lib-name from go-redis, got %q", ci.LibName)
 		require.Equal(t, 3, rdb.Options().Protocol, "the client asks for RESP3 (HELLO 3) by default")
-		require.Equal(t, 2, ci.Resp, "after NOPROTO the connection falls back to RESP2")
+		require.Equal(t, 3, ci.Resp, "cellserver accepts HELLO 3: the connection speaks RESP3")
 
 		list, err := conn.ClientList(ctx).Result()
 		require.NoError(t, err)

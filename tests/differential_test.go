@@ -114,8 +114,6 @@ var diffAllowList = map[string]allowEntry{
 	"7.2-acl-stats": {"7.2", "INFO stats has acl_access_denied_auth and acl_access_denied_cmd since Redis 7.2 " +
 		"(redis/redis#11288)"},
 	// cellserver choices (README) and gaps.
-	"choice-resp3": {"choice", "RESP3 is not implemented (README: HELLO 3 answers NOPROTO), so clients fall back to RESP2; " +
-		"Redis switches protocol (or, before AUTH, says NOAUTH)"},
 	"choice-config-set": {"choice", "CONFIG SET changes nothing (README: configuration is by flags): known parameters answer " +
 		"the immutable-config error, others the unknown-option error, where Redis sets mutable ones and knows ~200 names"},
 	"gap-command-list-filterby": {"choice", "COMMAND LIST FILTERBY is not implemented (README lists COMMAND LIST without it): " +
@@ -724,8 +722,7 @@ var diffPlainCases = concat(
 		{name: "HELLO 2", args: cmd("HELLO", "2"), shape: helloShape},
 		{name: "HELLO 2 AUTH without a password configured", args: cmd("HELLO", "2", "AUTH", "default", "any"), shape: helloShape},
 		{name: "HELLO 2 SETNAME n", args: cmd("HELLO", "2", "SETNAME", "n"), shape: helloShape},
-		{name: "HELLO 3", args: cmd("HELLO", "3"), known: &knownDiff{allow: "choice-resp3",
-			redis: "%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n...", cell: "-NOPROTO unsupported protocol version\r\n"}},
+		{name: "HELLO 3", args: cmd("HELLO", "3"), shape: helloShape},
 		{name: "CLIENT ID", args: cmd("CLIENT", "ID"), shape: idReply},
 		{name: "CLIENT INFO", args: cmd("CLIENT", "INFO"), shape: clientLineShape},
 		{name: "CLIENT INFO with a name", setup: [][]string{{"CLIENT", "SETNAME", "named"}}, args: cmd("CLIENT", "INFO"),
@@ -880,8 +877,8 @@ var diffAuthCases = concat(
 			cell: noAuth72}},
 		{name: "HELLO 2 SETNAME before AUTH", args: cmd("HELLO", "2", "SETNAME", "x"), known: &knownDiff{
 			allow: "7.2-hello-noauth", redis: noAuth70, cell: noAuth72}},
-		{name: "HELLO 3 before AUTH", args: cmd("HELLO", "3"), known: &knownDiff{allow: "choice-resp3", redis: noAuth70,
-			cell: "-NOPROTO unsupported protocol version\r\n"}},
+		{name: "HELLO 3 before AUTH", args: cmd("HELLO", "3"), known: &knownDiff{allow: "7.2-hello-noauth", redis: noAuth70,
+			cell: noAuth72}},
 		{name: "CLIENT SETINFO before AUTH", args: cmd("CLIENT", "SETINFO", "lib-name", "x"), known: &knownDiff{
 			allow: "7.2-setinfo", redis: unknownSetinfo70, cell: "-NOAUTH Authentication required.\r\n"}},
 		{name: "HELLO 2 AUTH", args: cmd("HELLO", "2", "AUTH", "default", "secret"), shape: helloShape},

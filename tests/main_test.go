@@ -246,8 +246,8 @@ func (s *server) Stop() int {
 // Output is what the server wrote to stderr/stdout so far.
 func (s *server) Output() string { return s.stderr.String() }
 
-// Client returns a go-redis client with default settings (RESP3 HELLO first,
-// falling back to RESP2), closed at cleanup.
+// Client returns a go-redis client with default settings (HELLO 3: RESP3),
+// closed at cleanup.
 func (s *server) Client(t testing.TB, mod ...func(*redis.Options)) *redis.Client {
 	t.Helper()
 	opt := &redis.Options{Addr: s.Addr}
@@ -283,7 +283,7 @@ func (c *rawConn) Send(b []byte) {
 	require.NoError(c.t, err)
 }
 
-// ReadReply reads one whole RESP2 reply and returns its exact bytes.
+// ReadReply reads one whole RESP2 or RESP3 reply and returns its exact bytes.
 func (c *rawConn) ReadReply() []byte {
 	c.t.Helper()
 	require.NoError(c.t, c.nc.SetReadDeadline(time.Now().Add(10*time.Second)))
@@ -318,7 +318,7 @@ func (c *rawConn) ExpectClosed() {
 	}
 }
 
-// readRESP copies one RESP2 reply from r to w.
+// readRESP copies one RESP2 or RESP3 reply (no attributes) from r to w.
 func readRESP(r *bufio.Reader, w *bytes.Buffer) error {
 	line, err := r.ReadBytes('\n')
 	w.Write(line)
@@ -330,9 +330,9 @@ func readRESP(r *bufio.Reader, w *bytes.Buffer) error {
 	}
 	body := string(line[1 : len(line)-2])
 	switch line[0] {
-	case '+', '-', ':':
+	case '+', '-', ':', '_', ',', '#', '(':
 		return nil
-	case '$':
+	case '$', '=', '!':
 		n, err := strconv.Atoi(body)
 		if err != nil {
 			return fmt.Errorf("bad bulk length %q", line)
@@ -342,10 +342,13 @@ func readRESP(r *bufio.Reader, w *bytes.Buffer) error {
 		}
 		_, err = io.CopyN(w, r, int64(n)+2)
 		return err
-	case '*':
+	case '*', '~', '>', '%':
 		n, err := strconv.Atoi(body)
 		if err != nil {
 			return fmt.Errorf("bad array length %q", line)
+		}
+		if line[0] == '%' {
+			n *= 2 // a map: keys and values
 		}
 		for i := 0; i < n; i++ {
 			if err := readRESP(r, w); err != nil {

@@ -42,7 +42,8 @@ func TestAuthRequirePass(t *testing.T) {
 			{[]string{"AUTH", "default", "wrong"}, "-" + wrongPass + "\r\n"},
 			{[]string{"AUTH", "bob", "secret"}, "-" + wrongPass + "\r\n"},
 			{[]string{"AUTH", "a", "b", "c"}, "-ERR syntax error\r\n"},
-			{[]string{"HELLO", "3"}, "-NOPROTO unsupported protocol version\r\n"},
+			{[]string{"HELLO", "4"}, "-NOPROTO unsupported protocol version\r\n"},
+			{[]string{"HELLO", "3"}, "-" + helloNoAuth + "\r\n"},
 			{[]string{"HELLO", "2"}, "-" + helloNoAuth + "\r\n"},
 			{[]string{"HELLO", "x"}, "-ERR Protocol version is not an integer or out of range\r\n"},
 			{[]string{"HELLO", "2", "AUTH", "default", "wrong"}, "-" + wrongPass + "\r\n"},
@@ -139,8 +140,10 @@ func TestAuthWithoutRequirePass(t *testing.T) {
 	require.Equal(t, "+OK\r\n", string(c.DoArgs("AUTH", "default", "anything")), "default user is nopass")
 	require.Equal(t, "-"+wrongPass+"\r\n", string(c.DoArgs("AUTH", "bob", "x")))
 	require.True(t, strings.HasPrefix(string(c.DoArgs("HELLO", "2")), "*14\r\n"))
-	require.Equal(t, "-NOPROTO unsupported protocol version\r\n", string(c.DoArgs("HELLO", "3")))
+	require.True(t, strings.HasPrefix(string(c.DoArgs("HELLO", "3")), "%7\r\n"))
+	require.Equal(t, "-NOPROTO unsupported protocol version\r\n", string(c.DoArgs("HELLO", "4")))
 	require.Equal(t, "+PONG\r\n", string(c.DoArgs("PING")))
+	require.Equal(t, "_\r\n", string(c.DoArgs("GET", "nope")), "still RESP3 after the refused HELLO 4")
 }
 
 func TestDebugRefusedByDefault(t *testing.T) {
