@@ -487,7 +487,7 @@ func (d *dataDir) options(readOnly bool) *pebble.Options {
 		ReadOnly:           readOnly,
 		// Records arrive in key order, so flushed files hardly overlap and
 		// most compactions just move files down. These thresholds (kept
-		// from the first format, where they measured better) let flushes
+		// from the first format, where they did better in benchmarks) let flushes
 		// of a snapshot round's burst gather without stalling writes.
 		L0CompactionThreshold:     16,
 		L0CompactionFileThreshold: 1000,

@@ -266,9 +266,9 @@ func (sh *shard) ticks(stop <-chan struct{}, done chan<- struct{}) {
 func (sh *shard) runBatch(b *batch) {
 	sh.warm(b.ops)
 	// One clock reading serves the whole batch, which is one pipeline's
-	// commands for this shard (a reading costs 57 ns on the VM the README's
-	// figures come from, about 3% of a command). Each command still uses a
-	// single reading for both its TAT arithmetic and its expiry (spec §9);
+	// commands for this shard (a reading costs a few percent of a command).
+	// Each command still uses a single reading for both its TAT arithmetic
+	// and its expiry (spec §9);
 	// a pipeline's commands are answered as if they arrived at the same
 	// instant, as Redis does for the commands of a MULTI or a script.
 	now := sh.clock.Now()

@@ -9,11 +9,11 @@ import (
 // GC tuning. Nearly all of cellserver's memory is long-lived, pointer-free
 // key tables that the collector marks without scanning, so collecting often
 // costs little and keeps RSS close to the live heap: GOGC is 25. But with
-// few keys the heap is mostly Pebble's memtable and buffers (about 40 MB at
-// 100k keys), a quarter of which is a few MB, so under load the collector
-// ran about once a second, each cycle with two stop-the-world pauses of up
-// to 2-3 ms on the 2-core VM. So the headroom is at least gcFloor: the
-// percentage rises while the live heap is below gcFloor*100/gcBase (128 MB).
+// few keys the heap is mostly Pebble's memtable and buffers, a quarter of
+// which is a few MB: the collector would run several times a second under
+// load, each cycle with its stop-the-world pauses. So the headroom is at
+// least gcFloor: the percentage rises while the live heap is below
+// gcFloor*100/gcBase (128 MB). docs/performance.md has the measurements.
 const (
 	gcBase  = 25
 	gcFloor = 32 << 20
