@@ -393,6 +393,6 @@ func (c *Client) infoLine() string {
 		cmd = lc.Name
 	}
 	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s",
-		c.ID, c.Addr, c.LAddr, name, int64(now.Sub(c.created).Seconds()), idle, cmd, c.user(), c.Proto(), lib, ver)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, cmd, c.user(), c.Proto(), lib, ver)
 }

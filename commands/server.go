@@ -10,6 +10,8 @@ package commands
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net"
@@ -77,6 +79,7 @@ type Server struct {
 	// slowLens: see Table.slowLens.
 	slowLens uint64
 	started  time.Time
+	runID    string // 40 random hex characters, new at every start (INFO run_id), as Redis
 	log      *slog.Logger
 
 	nextID      atomic.Int64
@@ -136,6 +139,7 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		clock:    st.Clock(),
 		table:    newTable(),
 		started:  time.Now(),
+		runID:    newRunID(),
 		log:      cfg.Logger,
 		clients:  map[int64]*Client{},
 		stop:     make(chan struct{}),
@@ -161,6 +165,14 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 	}
 	go s.sampleOps()
 	return s, nil
+}
+
+// newRunID returns 40 random hex characters, as Redis's run_id: tools tell
+// a restarted server by it.
+func newRunID() string {
+	var b [20]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Close stops the server's background sampling. Idempotent.
@@ -210,6 +222,7 @@ type Client struct {
 
 	created  time.Time
 	lastUsed atomic.Int64 // Unix ns of the last command
+	fd       atomic.Int64 // the socket's descriptor, for CLIENT LIST (-1: none known)
 	lastCmd  atomic.Pointer[Command]
 	closing  bool
 
@@ -262,6 +275,7 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 		c.LAddr = local.String()
 	}
 	c.lastUsed.Store(time.Now().UnixNano())
+	c.fd.Store(-1)
 	c.authed.Store(s.cfg.RequirePass == "")
 	c.proto.Store(2)
 	s.stats.connections.Add(1)
@@ -330,6 +344,9 @@ func (s *Server) commandStat(cmd *Command) (calls, failed, rejected, usec int64)
 	}
 	return
 }
+
+// SetFD records the connection's socket descriptor for CLIENT LIST/INFO.
+func (c *Client) SetFD(fd int) { c.fd.Store(int64(fd)) }
 
 // Authenticated reports whether the client passed AUTH (or none is required).
 // The wire layer uses it for Redis's tighter limits on unauthenticated input.

@@ -558,6 +558,7 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 		line("arch_bits", strconv.IntSize)
 		line("go_version", runtime.Version())
 		line("process_id", os.Getpid())
+		line("run_id", s.runID)
 		line("tcp_port", s.configParams()["port"])
 		line("server_time_usec", s.clock.Now()/1e3)
 		up := now.Sub(s.started)

@@ -358,6 +358,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		p:  parser{protoMaxBulk: s.cfg.ProtoMaxBulkLen},
 	}
 	c.lastIO.Store(s.now.Load())
+	c.cl.SetFD(gc.Fd())
 	gc.SetContext(c)
 	s.connsMu.Lock()
 	s.conns[c] = gc

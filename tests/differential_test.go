@@ -85,7 +85,7 @@ var diffAllowList = map[string]allowEntry{
 	"info-fields": {"shape", "INFO: Redis has many fields cellserver has no use for (RDB/AOF, replication offsets, allocator, " +
 		"lazyfree, tracking...) and sections it has no content for (# Modules, # Latencystats); every field cellserver " +
 		"sends must exist in Redis's same section, in Redis's order, unless cellserver-only (infoCellOnly)"},
-	"client-fields": {"shape", "CLIENT LIST/INFO: fd=-1 (gnet does not expose descriptors), qbuf/qbuf-free/argv-mem/rbs/rbp/" +
+	"client-fields": {"shape", "CLIENT LIST/INFO: fd is the socket's descriptor in each process, qbuf/qbuf-free/argv-mem/rbs/rbp/" +
 		"obl/oll/omem/tot-mem are 0 (cellserver does not account per-client buffers this way), age/idle are clocks; " +
 		"field names and order, name, flags, db, sub, psub, ssub, multi, events, cmd, user, redir, resp are compared"},
 	"config-subset": {"shape", "CONFIG GET with a glob: cellserver knows only the parameters it reports (configParams), a " +

@@ -3,6 +3,8 @@ package tests
 import (
 	"fmt"
 	"net"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -393,4 +395,25 @@ func TestThreadsFlag(t *testing.T) {
 		}
 	}
 	require.Empty(t, failed)
+}
+
+// TestClientFDAndRunID: CLIENT LIST shows the socket's real descriptor (an
+// open fd of the server process) and INFO has a run_id of 40 hex characters
+// that changes with every start, as tools expect of Redis.
+func TestClientFDAndRunID(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	c := s.Raw(t)
+	list := string(c.DoArgs("CLIENT", "INFO"))
+	m := regexp.MustCompile(` fd=(\d+) `).FindStringSubmatch(list)
+	require.NotNil(t, m, list)
+	_, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", s.cmd.Process.Pid, m[1]))
+	require.NoError(t, err, "fd=%s must be one of the server's descriptors", m[1])
+	runID := func(s *server) string {
+		info := string(s.Raw(t).DoArgs("INFO", "server"))
+		m := regexp.MustCompile(`(?m)^run_id:([0-9a-f]{40})\r$`).FindStringSubmatch(info)
+		require.NotNil(t, m, info)
+		return m[1]
+	}
+	require.NotEqual(t, runID(s), runID(startServer(t, "--in-memory")))
 }
