@@ -37,6 +37,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -142,7 +143,7 @@ type Server struct {
 	spare   *os.File      // a descriptor given up to refuse a client when none are left
 
 	nconns   atomic.Int64
-	detached sync.WaitGroup // Slow pipelines running off the loops
+	detached atomic.Int64 // Slow pipelines running off the loops
 	closing  atomic.Bool
 
 	// now is a coarse clock (Unix ms, kept by the sweeper every 100 ms), as
@@ -224,14 +225,18 @@ func (s *Server) acceptLoop() {
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
-			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
+			if s.closing.Load() {
+				return
+			}
+			if errors.Is(err, net.ErrClosed) {
+				s.runErr = fmt.Errorf("resp: the listener closed: %w", err)
 				return
 			}
 			if fails == 0 {
 				s.cfg.Logger.Error("accepting a connection failed; the server keeps running and retries", "err", err)
 			}
 			fails++
-			if !s.refuseOne() {
+			if !outOfFiles(err) || !s.refuseOne() {
 				if delay == 0 {
 					delay = 5 * time.Millisecond
 				} else if delay *= 2; delay > time.Second {
@@ -257,6 +262,12 @@ func (s *Server) acceptLoop() {
 			s.cfg.Logger.Warn("could not hand a connection to an event loop; closed it", "addr", nc.RemoteAddr().String(), "err", err)
 		}
 	}
+}
+
+// outOfFiles reports whether an accept error is the descriptor table being
+// full (the only case where refusing a waiting client helps).
+func outOfFiles(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // refuseOne frees the spare descriptor to accept one waiting client and
@@ -305,8 +316,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() {
 		<-s.stopped
+		// Pipelines running off the loops finish while the loops still
+		// run, so that their replies are written; connections take no new
+		// commands meanwhile (OnTraffic closes them).
+		for s.detached.Load() > 0 && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
 		err := s.cli.Stop()
-		s.detached.Wait()
 		if s.spare != nil {
 			_ = s.spare.Close()
 		}
@@ -421,6 +437,9 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 	}
 	if len(data) == 0 {
 		return gnet.None
+	}
+	if s.closing.Load() && !c.busy {
+		return gnet.Close // shutting down: no new commands
 	}
 	c.lastIO.Store(s.now.Load())
 	s.exec.CountNet(len(data), 0)
@@ -614,7 +633,7 @@ func (s *Server) flushKeep(gc gnet.Conn, c *conn, keep int) bool {
 	}
 	var err error
 	if c.out.Refs() || n > writePiece {
-		c.segs = pieces(c.out.Segments(c.segs[:0]))
+		c.segs = writeSegments(&c.out, c.segs[:0])
 		_, err = gc.Writev(c.segs)
 		clear(c.segs)
 	} else {
@@ -633,6 +652,25 @@ func (s *Server) flushKeep(gc gnet.Conn, c *conn, keep int) bool {
 // the socket does not take: gnet's buffers are powers of two, so a 1 MiB
 // piece costs 1 MiB, where a piece of 1 MiB and a little would cost 2.
 const writePiece = 1 << 20
+
+// writeSegments appends out's replies to dst as pieces for one writev:
+// with more references than one writev takes (IOV_MAX is 1024), it copies
+// them into one buffer first.
+func writeSegments(out *commands.Out, dst [][]byte) [][]byte {
+	segs := out.Segments(dst)
+	if len(segs)-len(dst) > maxSegments {
+		var flat []byte
+		for _, b := range segs[len(dst):] {
+			flat = append(flat, b...)
+		}
+		clear(segs[len(dst):])
+		segs = append(segs[:len(dst)], flat)
+	}
+	return append(segs[:len(dst)], pieces(segs[len(dst):])...)
+}
+
+// maxSegments is the most segments writeSegments passes on uncopied.
+const maxSegments = 500
 
 // pieces cuts segs in place into pieces of at most writePiece bytes (a
 // larger power of two for replies near 1 GiB: one writev takes at most
@@ -755,6 +793,10 @@ func (s *Server) recheck(gc gnet.Conn) {
 	if !ok || c.busy {
 		return // closed meanwhile, or waiting for a command it sent
 	}
+	if s.idle(c, s.now.Load()) && gc.OutboundBuffered() > 0 {
+		// Still taking its replies: that is activity (Redis counts writes).
+		c.lastIO.Store(s.now.Load())
+	}
 	if s.idle(c, s.now.Load()) {
 		s.exec.CountIdleTimeout()
 		s.cfg.Logger.Debug("closing idle client", "id", c.cl.ID, "addr", c.cl.Addr)
@@ -785,7 +827,7 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 	room := s.replyRoom(gc)
 	s.detached.Add(1)
 	go func() {
-		defer s.detached.Done()
+		defer s.detached.Add(-1)
 		out := commands.Out{Limit: room}
 		func() {
 			defer func() {
@@ -803,7 +845,7 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 		}
 		quit := over || perr != nil || c.cl.Closing()
 		n := out.Len()
-		err := gc.AsyncWritev(out.Segments(nil), func(gc gnet.Conn, werr error) error {
+		err := gc.AsyncWritev(writeSegments(&out, nil), func(gc gnet.Conn, werr error) error {
 			// On the event loop again.
 			c.busy = false
 			if c.closed {
@@ -814,7 +856,7 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 			if over {
 				s.overOutput(c, int64(room))
 			}
-			if werr != nil || quit || !s.outputOK(gc, c) {
+			if werr != nil || quit || !s.outputOK(gc, c) || s.closing.Load() {
 				return gc.Close()
 			}
 			if len(c.buf) > 0 && s.resume(gc, c) == gnet.Close {

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -334,3 +335,93 @@ func TestLargeArgumentMemory(t *testing.T) {
 }
 
 var _ = context.Background
+
+// delManyRequest is DEL with n one-byte keys: under --fsync always it runs
+// off the event loop (a write) and keeps its connection busy a while.
+func delManyRequest(n int) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "*%d\r\n$3\r\nDEL\r\n", n+1)
+	for i := 0; i < n; i++ {
+		b.WriteString("$1\r\nk\r\n")
+	}
+	return b.Bytes()
+}
+
+// TestDetachedPipelineOfManyLargeReplies: a pipeline run off the event loop
+// whose replies are hundreds of large ECHOs (each referenced, not copied)
+// gets all of them: one writev takes at most 1024 pieces.
+func TestDetachedPipelineOfManyLargeReplies(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--fsync", "always")
+	nc, err := net.Dial("tcp", s.Addr)
+	require.NoError(t, err)
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Minute))
+	big := bytes.Repeat([]byte("e"), 64<<10)
+	var req bytes.Buffer
+	req.Write(delManyRequest(1 << 20)) // keeps the connection busy
+	const echoes = 600
+	for i := 0; i < echoes; i++ {
+		fmt.Fprintf(&req, "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", len(big), big)
+	}
+	req.Write(encodeCommand("DEL", "z")) // makes the rest one detached pipeline
+	go func() { _, _ = nc.Write(req.Bytes()) }()
+	r := bufio.NewReaderSize(nc, 1<<20)
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, ":0\r\n", line)
+	for i := 0; i < echoes; i++ {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err, "reply %d of %d", i+1, echoes)
+		require.Equal(t, fmt.Sprintf("$%d\r\n", len(big)), line)
+		_, err = r.Discard(len(big) + 2)
+		require.NoError(t, err)
+	}
+	line, err = r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, ":0\r\n", line)
+}
+
+// TestShutdownAnswersDetachedPipeline: SIGTERM while a write runs off the
+// event loop (--fsync always) still sends its reply before closing.
+func TestShutdownAnswersDetachedPipeline(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--fsync", "always")
+	nc, err := net.Dial("tcp", s.Addr)
+	require.NoError(t, err)
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Minute))
+	go func() { _, _ = nc.Write(delManyRequest(1 << 20)) }()
+	watch := s.Raw(t)
+	require.Eventually(t, func() bool {
+		return strings.Contains(string(watch.DoArgs("CLIENT", "LIST")), "cmd=del")
+	}, 20*time.Second, 5*time.Millisecond, "the DEL must be running")
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	line, err := bufio.NewReader(nc).ReadString('\n')
+	require.NoError(t, err, "the reply must come before the connection closes")
+	require.Equal(t, ":0\r\n", line)
+	require.Equal(t, 0, s.Stop())
+}
+
+// TestIdleTimeoutSparesAClientReadingItsReply: a client still taking a
+// large reply is active, as in Redis, even if it sends nothing.
+func TestIdleTimeoutSparesAClientReadingItsReply(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory", "--timeout", "1")
+	nc, err := net.Dial("tcp", s.Addr)
+	require.NoError(t, err)
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Minute))
+	const size = 40 << 20
+	big := bytes.Repeat([]byte("r"), size)
+	go func() { _, _ = nc.Write(fmt.Appendf(nil, "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", size, big)) }()
+	// Read at about 16 MB/s: the reply takes some 2.5 s, past the timeout.
+	got := 0
+	buf := make([]byte, 160<<10)
+	for got < size+13 {
+		n, err := nc.Read(buf)
+		got += n
+		require.NoError(t, err, "closed after %d of %d bytes", got, size+13)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
