@@ -404,24 +404,28 @@ func TestShutdownAnswersDetachedPipeline(t *testing.T) {
 }
 
 // TestIdleTimeoutSparesAClientReadingItsReply: a client still taking a
-// large reply is active, as in Redis, even if it sends nothing.
+// large reply is active, as in Redis, even if it sends nothing. The request
+// is small (its upload cannot look idle); the replies take seconds to read.
 func TestIdleTimeoutSparesAClientReadingItsReply(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "--in-memory", "--timeout", "1")
+	one := len(s.Raw(t).DoArgs("COMMAND", "DOCS"))
 	nc, err := net.Dial("tcp", s.Addr)
 	require.NoError(t, err)
 	defer nc.Close()
 	_ = nc.SetDeadline(time.Now().Add(time.Minute))
-	const size = 40 << 20
-	big := bytes.Repeat([]byte("r"), size)
-	go func() { _, _ = nc.Write(fmt.Appendf(nil, "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", size, big)) }()
-	// Read at about 16 MB/s: the reply takes some 2.5 s, past the timeout.
-	got := 0
-	buf := make([]byte, 160<<10)
-	for got < size+13 {
-		n, err := nc.Read(buf)
-		got += n
-		require.NoError(t, err, "closed after %d of %d bytes", got, size+13)
+	const n = 1000
+	_, err = nc.Write(bytes.Repeat(encodeCommand("COMMAND", "DOCS"), n))
+	require.NoError(t, err)
+	// Read at about 2 MB/s: the replies take a few seconds, past the timeout.
+	total, got := n*one, 0
+	buf := make([]byte, 20<<10)
+	start := time.Now()
+	for got < total {
+		k, err := nc.Read(buf)
+		got += k
+		require.NoError(t, err, "closed after %d of %d bytes", got, total)
 		time.Sleep(10 * time.Millisecond)
 	}
+	require.Greater(t, time.Since(start), 1500*time.Millisecond, "the replies must take longer than the timeout to read")
 }
