@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,7 @@ var maxFailedBytes int64 = 64 << 20
 
 type commitReq struct {
 	b     *pebble.Batch // may be nil: only wait for earlier changes
+	db    *pebble.DB    // the DB b was made by (nil: the current one)
 	count int64         // changes (entries) in b
 	recs  int64         // log records in b
 	wg    *sync.WaitGroup
@@ -106,6 +108,7 @@ type commitReq struct {
 // logBatch is a batch of records waiting to be committed.
 type logBatch struct {
 	b     *pebble.Batch
+	db    *pebble.DB // the DB b was made by (nil: the current one)
 	count int64
 	recs  int64
 	sh    *shard // nil: the committer's own (a probe)
@@ -113,7 +116,10 @@ type logBatch struct {
 
 // errPebbleFatal marks an error Pebble reported through Logger.Fatalf: its
 // commit pipeline cannot be used again, so the DB is reopened.
-type errPebbleFatal struct{ msg string }
+type errPebbleFatal struct {
+	msg   string
+	stack string // where a panic other than Fatalf's was raised, for the log
+}
 
 func (e errPebbleFatal) Error() string { return e.msg }
 
@@ -142,7 +148,11 @@ func (p *persister) diskBytes() (n uint64) {
 	return p.db().Metrics().DiskSpaceUsage()
 }
 
-// guard runs f, turning a Pebble fatal panic into an error.
+// guard runs f, turning a panic into an errPebbleFatal: Pebble's Fatalf
+// (see pebbleEvents), and any other panic of a Pebble call too (a closed
+// DB, a batch of another DB), which the committer then treats the same way:
+// it closes the DB, reopens it and has every shard rewrite its keys, rather
+// than take the server down.
 func guard(f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -150,7 +160,7 @@ func guard(f func() error) (err error) {
 				err = fe
 				return
 			}
-			panic(r)
+			err = errPebbleFatal{msg: oneLine(fmt.Sprintf("pebble panicked: %v", r)), stack: string(debug.Stack())}
 		}
 	}()
 	return f()
@@ -262,8 +272,22 @@ func (p *persister) loop() {
 
 // accept returns the failed batches, then the new ones, dropping those of
 // shards a resync will rewrite; it notes the snapshot reports.
+//
+// A batch is made by one DB and can be applied to it alone (Pebble panics
+// otherwise), so a batch of a DB since closed (one a shard built before a
+// reopen, or while the DB was broken) is dropped, and its shard waits for a
+// rewrite made on the current DB; such a rewrite alone lets its changes
+// through again.
 func (p *persister) accept(reqs []commitReq) []logBatch {
-	todo := p.failed
+	cur := p.db()
+	var todo []logBatch
+	for _, lb := range p.failed {
+		if lb.db != nil && lb.db != cur {
+			p.stale(lb.b, lb.sh) // breakDB drops them: this is only a safeguard
+			continue
+		}
+		todo = append(todo, lb)
+	}
 	p.failed, p.failedBytes = nil, 0
 	for _, r := range reqs {
 		if r.round != 0 && r.round == p.round {
@@ -274,19 +298,37 @@ func (p *persister) accept(reqs []commitReq) []logBatch {
 			continue
 		}
 		p.pending.Add(-r.count)
-		if r.snap {
-			delete(p.needSnap, r.sh)
-		}
-		if p.broken || p.needSnap[r.sh] {
+		if p.broken {
 			_ = r.b.Close() // memory is the truth; the resync rewrites it
 			continue
 		}
-		todo = append(todo, logBatch{r.b, r.count, r.recs, r.sh})
+		if r.db != nil && r.db != cur {
+			p.stale(r.b, r.sh)
+			continue
+		}
+		if r.snap {
+			delete(p.needSnap, r.sh)
+		}
+		if p.needSnap[r.sh] {
+			_ = r.b.Close() // memory is the truth; the resync rewrites it
+			continue
+		}
+		todo = append(todo, logBatch{r.b, r.db, r.count, r.recs, r.sh})
 	}
 	if len(p.needSnap) == 0 {
 		p.resyncAsked = false
 	}
 	return todo
+}
+
+// stale drops a batch of a DB since closed: its shard's changes wait for a
+// rewrite (a resync is asked if none is pending for it).
+func (p *persister) stale(b *pebble.Batch, sh *shard) {
+	_ = b.Close()
+	if sh != nil && !p.needSnap[sh] {
+		p.needSnap[sh] = true
+		p.resyncAsked = false
+	}
 }
 
 // commit applies each batch as it came (failed ones first, in order), each
@@ -328,8 +370,8 @@ func (p *persister) commit(todo []logBatch) bool {
 		switch {
 		case errors.As(err, &fatal):
 			p.fail(err)
-			p.breakDB(db)
 			p.drop(todo[i:])
+			p.breakDB(db, fatal)
 			return committed
 		case err != nil:
 			p.fail(err)
@@ -354,7 +396,8 @@ func (p *persister) commit(todo []logBatch) bool {
 // probe is a batch that records the commit count alone: a retry with
 // nothing queued writes it to learn whether writes work again.
 func (p *persister) probe() logBatch {
-	return logBatch{b: p.db().NewBatch()}
+	db := p.db()
+	return logBatch{b: db.NewBatch(), db: db}
 }
 
 // hold queues batches for the next attempt.
@@ -394,9 +437,16 @@ func (p *persister) needAll() {
 }
 
 // breakDB gives up on a DB whose commit pipeline failed: closing it
-// releases it so that the dir can be reopened.
-func (p *persister) breakDB(db *pebble.DB) {
+// releases it so that the dir can be reopened. The changes held for a retry
+// are dropped with it (they were made by this DB, and the resync after the
+// reopen rewrites them).
+func (p *persister) breakDB(db *pebble.DB, cause errPebbleFatal) {
+	if cause.stack != "" {
+		p.log.Error("persistence: a Pebble call panicked; closing the data dir to reopen it", "err", cause.msg, "stack", cause.stack)
+	}
 	p.broken = true
+	p.drop(p.failed)
+	p.failed, p.failedBytes = nil, 0
 	_ = guardAll(db.Close)
 	p.needAll()
 }
@@ -442,7 +492,7 @@ func (p *persister) sync() {
 		p.fail(err)
 		var fatal errPebbleFatal
 		if errors.As(err, &fatal) {
-			p.breakDB(db)
+			p.breakDB(db, fatal)
 		}
 		return
 	}

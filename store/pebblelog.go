@@ -79,7 +79,7 @@ func (e *pebbleEvents) Errorf(format string, args ...any) {
 // write must not take the server down) and reopens the database, and the
 // open path turns it into its one-line refusal.
 func (e *pebbleEvents) Fatalf(format string, args ...any) {
-	panic(errPebbleFatal{oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))})
+	panic(errPebbleFatal{msg: oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))})
 }
 
 func (e *pebbleEvents) listener() *pebble.EventListener {
