@@ -26,7 +26,11 @@ type persister struct {
 	log    *slog.Logger
 	in     chan commitReq
 	quit   chan struct{}
-	done   chan struct{}
+	// Close asks, before the shards stop, which of them must rewrite their
+	// keys for their changes to reach the disk (see prepareClose).
+	closeAsk chan chan []int
+	closing  bool // committer only: Close asked; no more resyncs or drops
+	done     chan struct{}
 
 	lastErr     atomic.Pointer[string]
 	writeErrors atomic.Int64
@@ -129,6 +133,7 @@ func newPersister(db *pebble.DB, policy Fsync, log *slog.Logger) *persister {
 		log:      log,
 		in:       make(chan commitReq, 4096),
 		quit:     make(chan struct{}),
+		closeAsk: make(chan chan []int),
 		done:     make(chan struct{}),
 		snapMin:  snapMinBytes,
 		needSnap: map[*shard]bool{},
@@ -218,6 +223,9 @@ func (p *persister) loop() {
 			}
 		case <-p.retry.C:
 			p.armed, retried = false, true
+		case reply := <-p.closeAsk:
+			reply <- p.prepareClose()
+			continue
 		case <-p.quit:
 			quitting = true
 			for {
@@ -231,7 +239,7 @@ func (p *persister) loop() {
 			}
 		}
 		if retried && p.broken {
-			p.tryReopen()
+			p.tryReopen(true)
 			p.rearm()
 			continue
 		}
@@ -256,7 +264,7 @@ func (p *persister) loop() {
 		if committed && len(p.failed) == 0 && !p.broken {
 			p.ok()
 		}
-		if !p.broken && !p.failing && len(p.needSnap) > 0 && !p.resyncAsked {
+		if !p.broken && !p.failing && !p.closing && len(p.needSnap) > 0 && !p.resyncAsked {
 			p.resyncAsked = true
 			go p.resync()
 		}
@@ -418,7 +426,7 @@ func (p *persister) drop(lbs []logBatch) {
 // capFailed drops the held changes once they pass maxFailedBytes: every
 // shard then rewrites its keys from memory when writes work again.
 func (p *persister) capFailed() {
-	if p.failedBytes <= maxFailedBytes {
+	if p.failedBytes <= maxFailedBytes || p.closing {
 		return
 	}
 	p.log.Warn("persistence: too many changes wait for the disk; dropped them, every key will be rewritten from memory once writes succeed",
@@ -451,9 +459,9 @@ func (p *persister) breakDB(db *pebble.DB, cause errPebbleFatal) {
 	p.needAll()
 }
 
-// tryReopen reopens the dir after a fatal error and has every shard
-// rewrite its keys.
-func (p *persister) tryReopen() {
+// tryReopen reopens the dir after a fatal error and, with resync, has every
+// shard rewrite its keys (at Close, the caller has them do it).
+func (p *persister) tryReopen(resync bool) {
 	db, err := p.reopen()
 	if err != nil {
 		p.fail(err)
@@ -462,8 +470,66 @@ func (p *persister) tryReopen() {
 	p.log.Warn("persistence: data dir reopened; rewriting every key from memory")
 	p.dbp.Store(db)
 	p.broken, p.holding = false, false
-	p.resyncAsked = true
-	go p.resync()
+	if resync {
+		p.resyncAsked = true
+		go p.resync()
+	}
+}
+
+// prepareClose is the committer's part of Close before the shards stop:
+// from now on it drops nothing for a resync and starts none. A broken DB is
+// reopened (one attempt), and it returns the shards whose changes wait for
+// a rewrite, which Close has them make now, synchronously, so that their
+// keys go with the final commit (no resync would run after).
+func (p *persister) prepareClose() []int {
+	p.closing = true
+	if p.broken {
+		p.tryReopen(false)
+	}
+	if p.broken {
+		return nil // nothing can be written: giveUp says what is lost
+	}
+	var ids []int
+	for _, sh := range p.shards {
+		if p.needSnap[sh] {
+			ids = append(ids, sh.id)
+		}
+	}
+	return ids
+}
+
+// shardsToRewrite asks the committer which shards must rewrite their keys
+// before Close stops them (see prepareClose).
+func (p *persister) shardsToRewrite() []int {
+	reply := make(chan []int, 1)
+	select {
+	case p.closeAsk <- reply:
+		return <-reply
+	case <-p.done:
+		return nil
+	}
+}
+
+// rewriteBeforeClose has every shard whose changes wait for a resync (after
+// a fatal error, or a backlog dropped) rewrite its keys now, before Close
+// stops the shards: else the changes since the failure would be lost
+// without a word. Close has stopped new sessions, so nothing else runs on
+// the shards meanwhile.
+func (s *Store) rewriteBeforeClose() {
+	if s.p == nil {
+		return
+	}
+	ids := s.p.shardsToRewrite()
+	if len(ids) == 0 {
+		return
+	}
+	s.cfg.Logger.Warn("persistence: rewriting keys from memory before shutdown (their changes since writes failed were not written)", "shards", len(ids))
+	var wg sync.WaitGroup
+	wg.Add(len(ids))
+	for _, i := range ids {
+		s.shards[i].in <- &batch{ops: []*Op{{Kind: opSnapshot}}, wg: &wg}
+	}
+	wg.Wait()
 }
 
 // roundStep starts, finishes or abandons a snapshot round. A round counts
@@ -531,18 +597,29 @@ func (p *persister) rearm() {
 	p.armed = true
 }
 
-// giveUp reports the changes that never reached the disk, at shutdown.
+// giveUp reports the changes that never reached the disk, at shutdown:
+// those held for a retry, and the keys of shards whose rewrite did not
+// happen or was not written (the disk lacks their changes since writes
+// failed).
 func (p *persister) giveUp() {
-	if len(p.failed) == 0 {
-		return
+	if len(p.failed) > 0 {
+		var n, recs int64
+		for _, lb := range p.failed {
+			n += lb.count
+			recs += lb.recs
+		}
+		p.log.Error("persistence: changes could not be written before shutdown", "changes", n, "records", recs, "err", p.errText())
+		p.drop(p.failed)
+		p.failed, p.failedBytes = nil, 0
 	}
-	var n int64
-	for _, lb := range p.failed {
-		n += lb.count
+	if len(p.needSnap) > 0 {
+		var keys int64
+		for sh := range p.needSnap {
+			keys += sh.nkeys.Load()
+		}
+		p.log.Error("persistence: keys could not be rewritten before shutdown; the data dir lacks their changes since writes failed",
+			"shards", len(p.needSnap), "keys", keys, "err", p.errText())
 	}
-	p.log.Error("persistence: changes could not be written before shutdown", "changes", n, "err", p.errText())
-	p.drop(p.failed)
-	p.failed = nil
 }
 
 // errText is the last write error, or "".

@@ -77,7 +77,7 @@ func TestStaleSnapDoesNotUngateShard(t *testing.T) {
 				p.drop(p.accept(r.received()))
 			}
 			r.change("k")
-			p.tryReopen()
+			p.tryReopen(true)
 			require.False(t, p.broken)
 			require.NotSame(t, old, p.db())
 			todo := p.accept(r.received())
@@ -113,7 +113,7 @@ func TestBreakDropsHeldChanges(t *testing.T) {
 	p.breakDB(old, errPebbleFatal{msg: "injected: sync failed"}) // as sync does
 	assert.Empty(t, p.failed)
 	assert.Zero(t, p.failedBytes)
-	p.tryReopen()
+	p.tryReopen(true)
 	require.False(t, p.broken)
 	todo = p.accept(nil)
 	assert.Empty(t, todo)
@@ -135,6 +135,21 @@ func TestCommitterSurvivesPebblePanic(t *testing.T) {
 	assert.False(t, committed)
 	assert.True(t, p.broken, "the DB is given up, to be reopened")
 	assert.Contains(t, p.errText(), "batch db mismatch")
-	p.tryReopen()
+	p.tryReopen(true)
 	assert.False(t, p.broken)
+}
+
+// TestCloseReopensBrokenDB: Close, finding the DB broken and no reopen done
+// yet, reopens it once and has the shards rewrite their keys, so that their
+// changes since the failure are written with the final commit.
+func TestCloseReopensBrokenDB(t *testing.T) {
+	r := newReopenRig(t)
+	p := r.p
+	p.breakDB(p.db(), errPebbleFatal{msg: "injected"})
+	assert.Equal(t, []int{0}, p.prepareClose(), "the shard must rewrite its keys")
+	assert.False(t, p.broken, "reopened")
+	r.snap()
+	todo := p.accept(r.received())
+	assert.Len(t, todo, 1)
+	assert.True(t, p.commit(todo))
 }
