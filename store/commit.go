@@ -32,6 +32,16 @@ type persister struct {
 	closing  bool // committer only: Close asked; no more resyncs or drops
 	done     chan struct{}
 
+	// INFO's disk_bytes, cached: Pebble's Metrics takes its DB mutex, which
+	// a failing flush holds while pebbleEvents pauses it, and INFO runs on
+	// an event loop. Refreshed off it (refreshDiskBytes), at most one at a
+	// time; diskMu is also held by whoever closes the DB, diskLive saying
+	// whether db() is open.
+	diskCache atomic.Uint64
+	diskBusy  atomic.Bool
+	diskMu    sync.Mutex
+	diskLive  bool
+
 	lastErr     atomic.Pointer[string]
 	writeErrors atomic.Int64
 	commits     atomic.Int64
@@ -146,11 +156,41 @@ func newPersister(db *pebble.DB, policy Fsync, log *slog.Logger) *persister {
 
 func (p *persister) db() *pebble.DB { return p.dbp.Load() }
 
-// diskBytes is the data dir's size per Pebble; 0 while the DB is closed
-// for a reopen (Pebble panics on a closed DB).
-func (p *persister) diskBytes() (n uint64) {
+// diskBytes is the data dir's size per Pebble, as of the last refresh; it
+// starts another without waiting for it.
+func (p *persister) diskBytes() uint64 {
+	if p.diskBusy.CompareAndSwap(false, true) {
+		go func() {
+			defer p.diskBusy.Store(false)
+			p.refreshDiskBytes()
+		}()
+	}
+	return p.diskCache.Load()
+}
+
+// refreshDiskBytes asks Pebble the data dir's size, unless the DB is closed
+// (for a reopen, or at Close).
+func (p *persister) refreshDiskBytes() {
+	p.diskMu.Lock()
+	defer p.diskMu.Unlock()
+	p.refreshDiskLocked()
+}
+
+func (p *persister) refreshDiskLocked() {
+	if !p.diskLive {
+		return
+	}
 	defer func() { _ = recover() }()
-	return p.db().Metrics().DiskSpaceUsage()
+	p.diskCache.Store(p.db().Metrics().DiskSpaceUsage())
+}
+
+// setDiskLive says whether db() may be asked for metrics; false waits for
+// a refresh in progress.
+func (p *persister) setDiskLive(live bool) {
+	p.diskMu.Lock()
+	defer p.diskMu.Unlock()
+	p.diskLive = live
+	p.refreshDiskLocked()
 }
 
 // guard runs f, turning a panic into an errPebbleFatal: Pebble's Fatalf
@@ -203,6 +243,7 @@ func guardAll(f func() error) (err error) {
 // attempt, if any is due.
 func (p *persister) loop() {
 	defer close(p.done)
+	p.setDiskLive(true)
 	p.retry = time.NewTimer(time.Hour)
 	p.retry.Stop()
 	reqs := make([]commitReq, 0, 256)
@@ -455,6 +496,7 @@ func (p *persister) breakDB(db *pebble.DB, cause errPebbleFatal) {
 	p.broken = true
 	p.drop(p.failed)
 	p.failed, p.failedBytes = nil, 0
+	p.setDiskLive(false)
 	_ = guardAll(db.Close)
 	p.needAll()
 }
@@ -469,6 +511,7 @@ func (p *persister) tryReopen(resync bool) {
 	}
 	p.log.Warn("persistence: data dir reopened; rewriting every key from memory")
 	p.dbp.Store(db)
+	p.setDiskLive(true)
 	p.broken, p.holding = false, false
 	if resync {
 		p.resyncAsked = true
@@ -721,6 +764,7 @@ func (p *persister) close() error {
 		<-p.markDone
 	}
 	var err error
+	p.setDiskLive(false)
 	if !p.broken {
 		db := p.db()
 		if p.synced.Load() < p.recs {

@@ -42,6 +42,36 @@ type errorfState struct {
 // errorfEvery is how often one kind of Pebble error line is logged.
 const errorfEvery = 10 * time.Second
 
+// maxLineKinds bounds the kinds of error line whose last time is kept.
+const maxLineKinds = 256
+
+// lineKind is what throttles a Pebble error line: its first four words,
+// with every run of digits masked, so that the same error about another
+// file (000012.sst, 000013.sst) is the same kind.
+func lineKind(text string) string {
+	words := strings.Fields(text)
+	words = words[:min(len(words), 4)]
+	var b strings.Builder
+	for i, w := range words {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		digits := false
+		for _, c := range w {
+			if c >= '0' && c <= '9' {
+				if !digits {
+					b.WriteByte('#')
+				}
+				digits = true
+				continue
+			}
+			digits = false
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
 // bgPauseMax bounds the pause after each of a run of background errors.
 const bgPauseMax = time.Second
 
@@ -53,21 +83,28 @@ func (e *pebbleEvents) Infof(format string, args ...any) {
 	e.log.Debug("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
 }
 
-// Errorf logs a line of each format at most every errorfEvery, saying how
-// many were suppressed in between.
+// Errorf logs a line of each kind at most every errorfEvery, saying how
+// many were suppressed in between. The kind is the message's first words,
+// numbers masked (lineKind): Pebble logs many unrelated errors with one
+// generic format ("%s", "%v").
 func (e *pebbleEvents) Errorf(format string, args ...any) {
+	text := oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	kind := lineKind(text)
 	now := time.Now()
 	e.mu.Lock()
-	st := e.lines[format]
+	st := e.lines[kind]
 	if now.Sub(st.at) < errorfEvery {
 		st.suppressed++
-		e.lines[format] = st
+		e.lines[kind] = st
 		e.mu.Unlock()
 		return
 	}
-	e.lines[format] = errorfState{at: now}
+	if len(e.lines) >= maxLineKinds {
+		clear(e.lines) // bounded; at worst a line is logged early
+	}
+	e.lines[kind] = errorfState{at: now}
 	e.mu.Unlock()
-	msg := "pebble: " + oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	msg := "pebble: " + text
 	if st.suppressed > 0 {
 		e.log.Error(msg, "similar_lines_suppressed", st.suppressed)
 		return
@@ -100,10 +137,15 @@ func (e *pebbleEvents) listener() *pebble.EventListener {
 }
 
 // backgroundError is called on Pebble's flush or compaction goroutine,
-// holding its mutex, each time one fails; Pebble then retries at once. From
-// the second error of a run on, it pauses (50 ms, doubling to bgPauseMax):
-// the only back-off Pebble can be given, and nothing else gets done without
-// the space or the disk anyway. A full disk also gives up the ballast.
+// holding its DB mutex, each time one fails; Pebble then retries at once.
+// From the second error of a run on, it pauses (50 ms, doubling to
+// bgPauseMax): the only back-off Pebble can be given (no callback of a
+// failing flush runs without that mutex), else the retry loop takes a core.
+// The pause holds the mutex, so whatever takes it waits up to bgPauseMax:
+// a commit that must switch memtables (which needs the failing flush
+// anyway), an excise, Close. INFO does not: its disk_bytes is cached and
+// refreshed off the event loop (persister.diskBytes). A full disk also
+// gives up the ballast.
 func (e *pebbleEvents) backgroundError(err error) {
 	e.mu.Lock()
 	e.bgErrs++
