@@ -16,8 +16,9 @@ import (
 // count, and any other error line at most every errorfEvery: on a full disk
 // Pebble retries a failed flush or compaction at once and without end, and
 // its default listener logs every attempt (thousands of lines a second).
-// Nothing here exits the process: Fatalf panics with an errPebbleFatal,
-// which the committer and the open path recover into an error.
+// Fatalf panics with an errPebbleFatal, which the committer and the open
+// path recover into an error; on one of Pebble's own background goroutines
+// nothing recovers it and the process ends (see Fatalf).
 type pebbleEvents struct {
 	log   *slog.Logger
 	space *diskSpace
@@ -112,11 +113,26 @@ func (e *pebbleEvents) Errorf(format string, args ...any) {
 	e.log.Error(msg)
 }
 
-// Fatalf panics instead of exiting: the committer recovers it (a failed
-// write must not take the server down) and reopens the database, and the
-// open path turns it into its one-line refusal.
+// Fatalf panics instead of exiting: on the committer's calls (its commit
+// pipeline failing) that panic is recovered, the database is reopened and
+// the server goes on; on the open path it becomes the one-line refusal.
+//
+// It does end the process when Pebble calls it on one of its own
+// goroutines, which no recover of ours covers: a failed MANIFEST write or
+// sync (version_set.go, from a flush, a compaction or an excise), a
+// compaction's failed version update (compaction.go), a table stats error
+// (table_stats.go). Parking that goroutine instead, to keep serving, is
+// not safe: it holds Pebble's DB mutex or the MANIFEST lock there, so every
+// later commit, flush and Close would wait for it forever, and a shutdown
+// would hang instead of losing at most the last second. The line is logged
+// first, so that the reason is in the log and not only in the panic's
+// output; a restart then replays the WAL as after a crash.
 func (e *pebbleEvents) Fatalf(format string, args ...any) {
-	panic(errPebbleFatal{msg: oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))})
+	msg := oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	if e.serving.Load() {
+		e.log.Error("pebble: fatal error (the process ends unless it happened in a write of the committer, which reopens the data dir)", "err", msg)
+	}
+	panic(errPebbleFatal{msg: msg})
 }
 
 func (e *pebbleEvents) listener() *pebble.EventListener {
