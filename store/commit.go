@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,21 @@ type persister struct {
 	log    *slog.Logger
 	in     chan commitReq
 	quit   chan struct{}
-	done   chan struct{}
+	// Close asks, before the shards stop, which of them must rewrite their
+	// keys for their changes to reach the disk (see prepareClose).
+	closeAsk chan chan []int
+	closing  bool // committer only: Close asked; no more resyncs or drops
+	done     chan struct{}
+
+	// INFO's disk_bytes, cached: Pebble's Metrics takes its DB mutex, which
+	// a failing flush holds while pebbleEvents pauses it, and INFO runs on
+	// an event loop. Refreshed off it (refreshDiskBytes), at most one at a
+	// time; diskMu is also held by whoever closes the DB, diskLive saying
+	// whether db() is open.
+	diskCache atomic.Uint64
+	diskBusy  atomic.Bool
+	diskMu    sync.Mutex
+	diskLive  bool
 
 	lastErr     atomic.Pointer[string]
 	writeErrors atomic.Int64
@@ -93,6 +108,7 @@ var maxFailedBytes int64 = 64 << 20
 
 type commitReq struct {
 	b     *pebble.Batch // may be nil: only wait for earlier changes
+	db    *pebble.DB    // the DB b was made by (nil: the current one)
 	count int64         // changes (entries) in b
 	recs  int64         // log records in b
 	wg    *sync.WaitGroup
@@ -106,6 +122,7 @@ type commitReq struct {
 // logBatch is a batch of records waiting to be committed.
 type logBatch struct {
 	b     *pebble.Batch
+	db    *pebble.DB // the DB b was made by (nil: the current one)
 	count int64
 	recs  int64
 	sh    *shard // nil: the committer's own (a probe)
@@ -113,7 +130,10 @@ type logBatch struct {
 
 // errPebbleFatal marks an error Pebble reported through Logger.Fatalf: its
 // commit pipeline cannot be used again, so the DB is reopened.
-type errPebbleFatal struct{ msg string }
+type errPebbleFatal struct {
+	msg   string
+	stack string // where a panic other than Fatalf's was raised, for the log
+}
 
 func (e errPebbleFatal) Error() string { return e.msg }
 
@@ -123,6 +143,7 @@ func newPersister(db *pebble.DB, policy Fsync, log *slog.Logger) *persister {
 		log:      log,
 		in:       make(chan commitReq, 4096),
 		quit:     make(chan struct{}),
+		closeAsk: make(chan chan []int),
 		done:     make(chan struct{}),
 		snapMin:  snapMinBytes,
 		needSnap: map[*shard]bool{},
@@ -135,14 +156,48 @@ func newPersister(db *pebble.DB, policy Fsync, log *slog.Logger) *persister {
 
 func (p *persister) db() *pebble.DB { return p.dbp.Load() }
 
-// diskBytes is the data dir's size per Pebble; 0 while the DB is closed
-// for a reopen (Pebble panics on a closed DB).
-func (p *persister) diskBytes() (n uint64) {
-	defer func() { _ = recover() }()
-	return p.db().Metrics().DiskSpaceUsage()
+// diskBytes is the data dir's size per Pebble, as of the last refresh; it
+// starts another without waiting for it.
+func (p *persister) diskBytes() uint64 {
+	if p.diskBusy.CompareAndSwap(false, true) {
+		go func() {
+			defer p.diskBusy.Store(false)
+			p.refreshDiskBytes()
+		}()
+	}
+	return p.diskCache.Load()
 }
 
-// guard runs f, turning a Pebble fatal panic into an error.
+// refreshDiskBytes asks Pebble the data dir's size, unless the DB is closed
+// (for a reopen, or at Close).
+func (p *persister) refreshDiskBytes() {
+	p.diskMu.Lock()
+	defer p.diskMu.Unlock()
+	p.refreshDiskLocked()
+}
+
+func (p *persister) refreshDiskLocked() {
+	if !p.diskLive {
+		return
+	}
+	defer func() { _ = recover() }()
+	p.diskCache.Store(p.db().Metrics().DiskSpaceUsage())
+}
+
+// setDiskLive says whether db() may be asked for metrics; false waits for
+// a refresh in progress.
+func (p *persister) setDiskLive(live bool) {
+	p.diskMu.Lock()
+	defer p.diskMu.Unlock()
+	p.diskLive = live
+	p.refreshDiskLocked()
+}
+
+// guard runs f, turning a panic into an errPebbleFatal: Pebble's Fatalf
+// (see pebbleEvents), and any other panic of a Pebble call too (a closed
+// DB, a batch of another DB), which the committer then treats the same way:
+// it closes the DB, reopens it and has every shard rewrite its keys, rather
+// than take the server down.
 func guard(f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -150,7 +205,7 @@ func guard(f func() error) (err error) {
 				err = fe
 				return
 			}
-			panic(r)
+			err = errPebbleFatal{msg: oneLine(fmt.Sprintf("pebble panicked: %v", r)), stack: string(debug.Stack())}
 		}
 	}()
 	return f()
@@ -188,6 +243,7 @@ func guardAll(f func() error) (err error) {
 // attempt, if any is due.
 func (p *persister) loop() {
 	defer close(p.done)
+	p.setDiskLive(true)
 	p.retry = time.NewTimer(time.Hour)
 	p.retry.Stop()
 	reqs := make([]commitReq, 0, 256)
@@ -208,6 +264,9 @@ func (p *persister) loop() {
 			}
 		case <-p.retry.C:
 			p.armed, retried = false, true
+		case reply := <-p.closeAsk:
+			reply <- p.prepareClose()
+			continue
 		case <-p.quit:
 			quitting = true
 			for {
@@ -221,7 +280,7 @@ func (p *persister) loop() {
 			}
 		}
 		if retried && p.broken {
-			p.tryReopen()
+			p.tryReopen(true)
 			p.rearm()
 			continue
 		}
@@ -246,7 +305,7 @@ func (p *persister) loop() {
 		if committed && len(p.failed) == 0 && !p.broken {
 			p.ok()
 		}
-		if !p.broken && !p.failing && len(p.needSnap) > 0 && !p.resyncAsked {
+		if !p.broken && !p.failing && !p.closing && len(p.needSnap) > 0 && !p.resyncAsked {
 			p.resyncAsked = true
 			go p.resync()
 		}
@@ -262,8 +321,22 @@ func (p *persister) loop() {
 
 // accept returns the failed batches, then the new ones, dropping those of
 // shards a resync will rewrite; it notes the snapshot reports.
+//
+// A batch is made by one DB and can be applied to it alone (Pebble panics
+// otherwise), so a batch of a DB since closed (one a shard built before a
+// reopen, or while the DB was broken) is dropped, and its shard waits for a
+// rewrite made on the current DB; such a rewrite alone lets its changes
+// through again.
 func (p *persister) accept(reqs []commitReq) []logBatch {
-	todo := p.failed
+	cur := p.db()
+	var todo []logBatch
+	for _, lb := range p.failed {
+		if lb.db != nil && lb.db != cur {
+			p.stale(lb.b, lb.sh) // breakDB drops them: this is only a safeguard
+			continue
+		}
+		todo = append(todo, lb)
+	}
 	p.failed, p.failedBytes = nil, 0
 	for _, r := range reqs {
 		if r.round != 0 && r.round == p.round {
@@ -274,19 +347,37 @@ func (p *persister) accept(reqs []commitReq) []logBatch {
 			continue
 		}
 		p.pending.Add(-r.count)
-		if r.snap {
-			delete(p.needSnap, r.sh)
-		}
-		if p.broken || p.needSnap[r.sh] {
+		if p.broken {
 			_ = r.b.Close() // memory is the truth; the resync rewrites it
 			continue
 		}
-		todo = append(todo, logBatch{r.b, r.count, r.recs, r.sh})
+		if r.db != nil && r.db != cur {
+			p.stale(r.b, r.sh)
+			continue
+		}
+		if r.snap {
+			delete(p.needSnap, r.sh)
+		}
+		if p.needSnap[r.sh] {
+			_ = r.b.Close() // memory is the truth; the resync rewrites it
+			continue
+		}
+		todo = append(todo, logBatch{r.b, r.db, r.count, r.recs, r.sh})
 	}
 	if len(p.needSnap) == 0 {
 		p.resyncAsked = false
 	}
 	return todo
+}
+
+// stale drops a batch of a DB since closed: its shard's changes wait for a
+// rewrite (a resync is asked if none is pending for it).
+func (p *persister) stale(b *pebble.Batch, sh *shard) {
+	_ = b.Close()
+	if sh != nil && !p.needSnap[sh] {
+		p.needSnap[sh] = true
+		p.resyncAsked = false
+	}
 }
 
 // commit applies each batch as it came (failed ones first, in order), each
@@ -328,8 +419,8 @@ func (p *persister) commit(todo []logBatch) bool {
 		switch {
 		case errors.As(err, &fatal):
 			p.fail(err)
-			p.breakDB(db)
 			p.drop(todo[i:])
+			p.breakDB(db, fatal)
 			return committed
 		case err != nil:
 			p.fail(err)
@@ -354,7 +445,8 @@ func (p *persister) commit(todo []logBatch) bool {
 // probe is a batch that records the commit count alone: a retry with
 // nothing queued writes it to learn whether writes work again.
 func (p *persister) probe() logBatch {
-	return logBatch{b: p.db().NewBatch()}
+	db := p.db()
+	return logBatch{b: db.NewBatch(), db: db}
 }
 
 // hold queues batches for the next attempt.
@@ -375,7 +467,7 @@ func (p *persister) drop(lbs []logBatch) {
 // capFailed drops the held changes once they pass maxFailedBytes: every
 // shard then rewrites its keys from memory when writes work again.
 func (p *persister) capFailed() {
-	if p.failedBytes <= maxFailedBytes {
+	if p.failedBytes <= maxFailedBytes || p.closing {
 		return
 	}
 	p.log.Warn("persistence: too many changes wait for the disk; dropped them, every key will be rewritten from memory once writes succeed",
@@ -394,16 +486,24 @@ func (p *persister) needAll() {
 }
 
 // breakDB gives up on a DB whose commit pipeline failed: closing it
-// releases it so that the dir can be reopened.
-func (p *persister) breakDB(db *pebble.DB) {
+// releases it so that the dir can be reopened. The changes held for a retry
+// are dropped with it (they were made by this DB, and the resync after the
+// reopen rewrites them).
+func (p *persister) breakDB(db *pebble.DB, cause errPebbleFatal) {
+	if cause.stack != "" {
+		p.log.Error("persistence: a Pebble call panicked; closing the data dir to reopen it", "err", cause.msg, "stack", cause.stack)
+	}
 	p.broken = true
+	p.drop(p.failed)
+	p.failed, p.failedBytes = nil, 0
+	p.setDiskLive(false)
 	_ = guardAll(db.Close)
 	p.needAll()
 }
 
-// tryReopen reopens the dir after a fatal error and has every shard
-// rewrite its keys.
-func (p *persister) tryReopen() {
+// tryReopen reopens the dir after a fatal error and, with resync, has every
+// shard rewrite its keys (at Close, the caller has them do it).
+func (p *persister) tryReopen(resync bool) {
 	db, err := p.reopen()
 	if err != nil {
 		p.fail(err)
@@ -411,9 +511,68 @@ func (p *persister) tryReopen() {
 	}
 	p.log.Warn("persistence: data dir reopened; rewriting every key from memory")
 	p.dbp.Store(db)
+	p.setDiskLive(true)
 	p.broken, p.holding = false, false
-	p.resyncAsked = true
-	go p.resync()
+	if resync {
+		p.resyncAsked = true
+		go p.resync()
+	}
+}
+
+// prepareClose is the committer's part of Close before the shards stop:
+// from now on it drops nothing for a resync and starts none. A broken DB is
+// reopened (one attempt), and it returns the shards whose changes wait for
+// a rewrite, which Close has them make now, synchronously, so that their
+// keys go with the final commit (no resync would run after).
+func (p *persister) prepareClose() []int {
+	p.closing = true
+	if p.broken {
+		p.tryReopen(false)
+	}
+	if p.broken {
+		return nil // nothing can be written: giveUp says what is lost
+	}
+	var ids []int
+	for _, sh := range p.shards {
+		if p.needSnap[sh] {
+			ids = append(ids, sh.id)
+		}
+	}
+	return ids
+}
+
+// shardsToRewrite asks the committer which shards must rewrite their keys
+// before Close stops them (see prepareClose).
+func (p *persister) shardsToRewrite() []int {
+	reply := make(chan []int, 1)
+	select {
+	case p.closeAsk <- reply:
+		return <-reply
+	case <-p.done:
+		return nil
+	}
+}
+
+// rewriteBeforeClose has every shard whose changes wait for a resync (after
+// a fatal error, or a backlog dropped) rewrite its keys now, before Close
+// stops the shards: else the changes since the failure would be lost
+// without a word. Close has stopped new sessions, so nothing else runs on
+// the shards meanwhile.
+func (s *Store) rewriteBeforeClose() {
+	if s.p == nil {
+		return
+	}
+	ids := s.p.shardsToRewrite()
+	if len(ids) == 0 {
+		return
+	}
+	s.cfg.Logger.Warn("persistence: rewriting keys from memory before shutdown (their changes since writes failed were not written)", "shards", len(ids))
+	var wg sync.WaitGroup
+	wg.Add(len(ids))
+	for _, i := range ids {
+		s.shards[i].in <- &batch{ops: []*Op{{Kind: opSnapshot}}, wg: &wg}
+	}
+	wg.Wait()
 }
 
 // roundStep starts, finishes or abandons a snapshot round. A round counts
@@ -442,7 +601,7 @@ func (p *persister) sync() {
 		p.fail(err)
 		var fatal errPebbleFatal
 		if errors.As(err, &fatal) {
-			p.breakDB(db)
+			p.breakDB(db, fatal)
 		}
 		return
 	}
@@ -481,18 +640,29 @@ func (p *persister) rearm() {
 	p.armed = true
 }
 
-// giveUp reports the changes that never reached the disk, at shutdown.
+// giveUp reports the changes that never reached the disk, at shutdown:
+// those held for a retry, and the keys of shards whose rewrite did not
+// happen or was not written (the disk lacks their changes since writes
+// failed).
 func (p *persister) giveUp() {
-	if len(p.failed) == 0 {
-		return
+	if len(p.failed) > 0 {
+		var n, recs int64
+		for _, lb := range p.failed {
+			n += lb.count
+			recs += lb.recs
+		}
+		p.log.Error("persistence: changes could not be written before shutdown", "changes", n, "records", recs, "err", p.errText())
+		p.drop(p.failed)
+		p.failed, p.failedBytes = nil, 0
 	}
-	var n int64
-	for _, lb := range p.failed {
-		n += lb.count
+	if len(p.needSnap) > 0 {
+		var keys int64
+		for sh := range p.needSnap {
+			keys += sh.nkeys.Load()
+		}
+		p.log.Error("persistence: keys could not be rewritten before shutdown; the data dir lacks their changes since writes failed",
+			"shards", len(p.needSnap), "keys", keys, "err", p.errText())
 	}
-	p.log.Error("persistence: changes could not be written before shutdown", "changes", n, "err", p.errText())
-	p.drop(p.failed)
-	p.failed = nil
 }
 
 // errText is the last write error, or "".
@@ -594,6 +764,7 @@ func (p *persister) close() error {
 		<-p.markDone
 	}
 	var err error
+	p.setDiskLive(false)
 	if !p.broken {
 		db := p.db()
 		if p.synced.Load() < p.recs {

@@ -71,6 +71,9 @@ func decodeMark(b []byte) (uint64, error) {
 	return strconv.ParseUint(fields[2], 10, 64)
 }
 
+// errMarkDamaged marks a mark file that cannot be decoded.
+var errMarkDamaged = errors.New(markFile + " is damaged")
+
 // readMark returns the mark's synced record count; ok is false if there is
 // no mark (a dir written before marks existed, or one never synced).
 func readMark(fs vfs.FS, dir string) (n uint64, ok bool, err error) {
@@ -87,7 +90,7 @@ func readMark(fs vfs.FS, dir string) (n uint64, ok bool, err error) {
 		return 0, false, fmt.Errorf("store: data dir %s: cannot read %s: %w", dir, markFile, err)
 	}
 	if n, err = decodeMark(b); err != nil {
-		return 0, false, fmt.Errorf("store: data dir %s is corrupt: %s is damaged (%v)", dir, markFile, err)
+		return 0, false, fmt.Errorf("store: data dir %s is corrupt: %w (%v)", dir, errMarkDamaged, err)
 	}
 	return n, true, nil
 }
@@ -138,6 +141,7 @@ type dataDir struct {
 	ro      bool   // the DB open returned is read-only
 	mark    uint64 // synced records per the mark (0: no mark)
 	hasMark bool
+	badMark bool  // the mark was damaged and is ignored (RecoverCorrupt): rewrite it
 	lost    int64 // records the mark counts that the log no longer has (RecoverCorrupt)
 }
 
@@ -165,7 +169,7 @@ func openDataDir(cfg *Config) (*dataDir, *pebble.DB, error) {
 	}
 	cfg.ensureDiskDefaults(total)
 	fresh := !looksLikePebble(names)
-	if len(names) > 0 && fresh {
+	if fresh && !onlyLeftovers(names) {
 		return nil, nil, fmt.Errorf("store: data dir %s is not empty and holds no cellserver data; refusing to use it (choose an empty or new directory)", d.dir)
 	}
 	if d.lock, err = pebble.LockDirectory(d.dir, fs); err != nil {
@@ -195,7 +199,13 @@ func (d *dataDir) open(fresh bool) (*pebble.DB, error) {
 	}
 	var err error
 	if d.mark, d.hasMark, err = readMark(d.fs, d.dir); err != nil {
-		return nil, err
+		if !d.cfg.RecoverCorrupt || !errors.Is(err, errMarkDamaged) {
+			return nil, err
+		}
+		// The mark only tells how much the log must hold: without it the
+		// log is taken as it replays, and the mark is written anew.
+		d.badMark = true
+		d.log.Warn("data dir: "+markFile+" is damaged; ignoring it, the log is not checked against it (--recover-corrupt yes)", "dir", d.dir, "err", oneLine(err.Error()))
 	}
 	db, err := d.pebbleOpenRaw(true)
 	if err != nil && d.cfg.RecoverCorrupt && pebble.IsCorruptionError(err) && d.events.corruptFile() == "" {
@@ -211,6 +221,13 @@ func (d *dataDir) open(fresh bool) (*pebble.DB, error) {
 		return nil, d.refusal(err)
 	}
 	got, err := readFormat(db)
+	if errors.Is(err, errNoFormat) && !d.hasMark && !d.badMark && isEmpty(db) {
+		// A first start that stopped after Pebble made its files, before
+		// the format key was written: nothing was ever stored here.
+		_ = guardAll(db.Close)
+		d.log.Info("data dir holds no data yet (an earlier first start stopped early); starting it anew", "dir", d.dir)
+		return d.open(true)
+	}
 	if err != nil {
 		_ = guardAll(db.Close)
 		return nil, d.refusal(err)
@@ -250,9 +267,26 @@ func readFormat(db *pebble.DB) (string, error) {
 		return closer.Close()
 	})
 	if errors.Is(err, pebble.ErrNotFound) {
-		return "", fmt.Errorf("store: format marker %q missing", formatKey)
+		return "", fmt.Errorf("store: %w", errNoFormat)
 	}
 	return got, err
+}
+
+// errNoFormat: the format key is missing.
+var errNoFormat = fmt.Errorf("format marker %q missing", formatKey)
+
+// isEmpty reports whether db holds no key at all.
+func isEmpty(db *pebble.DB) bool {
+	empty := false
+	_ = guardAll(func() error {
+		it, err := db.NewIter(nil)
+		if err != nil {
+			return err
+		}
+		empty = !it.First() && it.Error() == nil
+		return it.Close()
+	})
+	return empty
 }
 
 // checkLoaded compares the records the log replayed to (committed) with
@@ -421,22 +455,22 @@ func oneLine(s string) string {
 // and on a full disk it would retry that flush forever: so the space it
 // needs is checked first (the ballast is given up for it if need be).
 func (d *dataDir) writable(ro *pebble.DB, committed uint64) (*pebble.DB, error) {
-	if !d.ro {
-		return ro, nil // created or converted: already writable
+	db := ro // created or converted: already writable
+	if d.ro {
+		if err := guard(ro.Close); err != nil {
+			return nil, fmt.Errorf("store: data dir %s: %w", d.dir, err)
+		}
+		if err := d.space.roomToOpen(d.walBytes()); err != nil {
+			return nil, err
+		}
+		var err error
+		if db, err = d.pebbleOpen(false); err != nil {
+			return nil, err
+		}
 	}
-	if err := guard(ro.Close); err != nil {
-		return nil, fmt.Errorf("store: data dir %s: %w", d.dir, err)
-	}
-	if err := d.space.roomToOpen(d.walBytes()); err != nil {
-		return nil, err
-	}
-	db, err := d.pebbleOpen(false)
-	if err != nil {
-		return nil, err
-	}
-	if d.lost > 0 {
+	if d.lost > 0 || d.badMark {
 		// The mark must match the log from now on, or the next start
-		// would report the same loss again.
+		// would report the same loss (or damage) again.
 		if err := writeMark(d.fs, d.dir, committed); err != nil {
 			_ = guardAll(db.Close)
 			return nil, fmt.Errorf("store: data dir %s: cannot reset %s after recovery: %w", d.dir, markFile, err)
@@ -500,6 +534,22 @@ func (d *dataDir) options(readOnly bool) *pebble.Options {
 		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
 	return opts
+}
+
+// onlyLeftovers reports whether a dir that holds no Pebble database holds
+// nothing but what a first start that failed early leaves: Pebble's LOCK
+// and format version marker (pebble.Open makes them first), and files of
+// cellserver's own. Such a dir is taken as new.
+func onlyLeftovers(names []string) bool {
+	for _, n := range names {
+		switch {
+		case n == "LOCK", strings.HasPrefix(n, "marker.format-version"),
+			n == ballastFile, n == ballastFile+".tmp", n == markFile+".tmp":
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func looksLikePebble(names []string) bool {

@@ -16,8 +16,9 @@ import (
 // count, and any other error line at most every errorfEvery: on a full disk
 // Pebble retries a failed flush or compaction at once and without end, and
 // its default listener logs every attempt (thousands of lines a second).
-// Nothing here exits the process: Fatalf panics with an errPebbleFatal,
-// which the committer and the open path recover into an error.
+// Fatalf panics with an errPebbleFatal, which the committer and the open
+// path recover into an error; on one of Pebble's own background goroutines
+// nothing recovers it and the process ends (see Fatalf).
 type pebbleEvents struct {
 	log   *slog.Logger
 	space *diskSpace
@@ -42,6 +43,36 @@ type errorfState struct {
 // errorfEvery is how often one kind of Pebble error line is logged.
 const errorfEvery = 10 * time.Second
 
+// maxLineKinds bounds the kinds of error line whose last time is kept.
+const maxLineKinds = 256
+
+// lineKind is what throttles a Pebble error line: its first four words,
+// with every run of digits masked, so that the same error about another
+// file (000012.sst, 000013.sst) is the same kind.
+func lineKind(text string) string {
+	words := strings.Fields(text)
+	words = words[:min(len(words), 4)]
+	var b strings.Builder
+	for i, w := range words {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		digits := false
+		for _, c := range w {
+			if c >= '0' && c <= '9' {
+				if !digits {
+					b.WriteByte('#')
+				}
+				digits = true
+				continue
+			}
+			digits = false
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
 // bgPauseMax bounds the pause after each of a run of background errors.
 const bgPauseMax = time.Second
 
@@ -53,21 +84,28 @@ func (e *pebbleEvents) Infof(format string, args ...any) {
 	e.log.Debug("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
 }
 
-// Errorf logs a line of each format at most every errorfEvery, saying how
-// many were suppressed in between.
+// Errorf logs a line of each kind at most every errorfEvery, saying how
+// many were suppressed in between. The kind is the message's first words,
+// numbers masked (lineKind): Pebble logs many unrelated errors with one
+// generic format ("%s", "%v").
 func (e *pebbleEvents) Errorf(format string, args ...any) {
+	text := oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	kind := lineKind(text)
 	now := time.Now()
 	e.mu.Lock()
-	st := e.lines[format]
+	st := e.lines[kind]
 	if now.Sub(st.at) < errorfEvery {
 		st.suppressed++
-		e.lines[format] = st
+		e.lines[kind] = st
 		e.mu.Unlock()
 		return
 	}
-	e.lines[format] = errorfState{at: now}
+	if len(e.lines) >= maxLineKinds {
+		clear(e.lines) // bounded; at worst a line is logged early
+	}
+	e.lines[kind] = errorfState{at: now}
 	e.mu.Unlock()
-	msg := "pebble: " + oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	msg := "pebble: " + text
 	if st.suppressed > 0 {
 		e.log.Error(msg, "similar_lines_suppressed", st.suppressed)
 		return
@@ -75,11 +113,26 @@ func (e *pebbleEvents) Errorf(format string, args ...any) {
 	e.log.Error(msg)
 }
 
-// Fatalf panics instead of exiting: the committer recovers it (a failed
-// write must not take the server down) and reopens the database, and the
-// open path turns it into its one-line refusal.
+// Fatalf panics instead of exiting: on the committer's calls (its commit
+// pipeline failing) that panic is recovered, the database is reopened and
+// the server goes on; on the open path it becomes the one-line refusal.
+//
+// It does end the process when Pebble calls it on one of its own
+// goroutines, which no recover of ours covers: a failed MANIFEST write or
+// sync (version_set.go, from a flush, a compaction or an excise), a
+// compaction's failed version update (compaction.go), a table stats error
+// (table_stats.go). Parking that goroutine instead, to keep serving, is
+// not safe: it holds Pebble's DB mutex or the MANIFEST lock there, so every
+// later commit, flush and Close would wait for it forever, and a shutdown
+// would hang instead of losing at most the last second. The line is logged
+// first, so that the reason is in the log and not only in the panic's
+// output; a restart then replays the WAL as after a crash.
 func (e *pebbleEvents) Fatalf(format string, args ...any) {
-	panic(errPebbleFatal{oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))})
+	msg := oneLine(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	if e.serving.Load() {
+		e.log.Error("pebble: fatal error (the process ends unless it happened in a write of the committer, which reopens the data dir)", "err", msg)
+	}
+	panic(errPebbleFatal{msg: msg})
 }
 
 func (e *pebbleEvents) listener() *pebble.EventListener {
@@ -100,10 +153,15 @@ func (e *pebbleEvents) listener() *pebble.EventListener {
 }
 
 // backgroundError is called on Pebble's flush or compaction goroutine,
-// holding its mutex, each time one fails; Pebble then retries at once. From
-// the second error of a run on, it pauses (50 ms, doubling to bgPauseMax):
-// the only back-off Pebble can be given, and nothing else gets done without
-// the space or the disk anyway. A full disk also gives up the ballast.
+// holding its DB mutex, each time one fails; Pebble then retries at once.
+// From the second error of a run on, it pauses (50 ms, doubling to
+// bgPauseMax): the only back-off Pebble can be given (no callback of a
+// failing flush runs without that mutex), else the retry loop takes a core.
+// The pause holds the mutex, so whatever takes it waits up to bgPauseMax:
+// a commit that must switch memtables (which needs the failing flush
+// anyway), an excise, Close. INFO does not: its disk_bytes is cached and
+// refreshed off the event loop (persister.diskBytes). A full disk also
+// gives up the ballast.
 func (e *pebbleEvents) backgroundError(err error) {
 	e.mu.Lock()
 	e.bgErrs++

@@ -30,6 +30,7 @@ type shard struct {
 	pb      *pebble.Batch
 	pbCount int64
 	pbRecs  int64           // log records in pb
+	pbDB    *pebble.DB      // the DB pb was made by (a reopen replaces it)
 	spare   chan spareBatch // committed batches, for reuse
 	sent    uint64          // requests sent to the committer
 	synced  atomic.Uint64   // requests the committer has finished
@@ -492,7 +493,7 @@ func (sh *shard) sendChanges(wg *sync.WaitGroup) {
 	always := sh.p.policy == FsyncAlways
 	if sh.pb != nil || sh.snapDone != 0 {
 		sh.sent++
-		r := commitReq{b: sh.pb, count: sh.pbCount, recs: sh.pbRecs, sh: sh, n: sh.sent, snap: sh.snap}
+		r := commitReq{b: sh.pb, db: sh.pbDB, count: sh.pbCount, recs: sh.pbRecs, sh: sh, n: sh.sent, snap: sh.snap}
 		if sh.snapDone != 0 {
 			r.round, r.start = sh.snapDone, sh.snapStart
 			sh.snapDone = 0
@@ -591,6 +592,7 @@ func (sh *shard) batch() *pebble.Batch { return sh.batchSized(0) }
 func (sh *shard) batchSized(size int) *pebble.Batch {
 	if sh.pb == nil {
 		db := sh.p.db()
+		sh.pbDB = db
 		select {
 		case s := <-sh.spare:
 			if s.db == db {

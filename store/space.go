@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -37,7 +38,16 @@ type diskSpace struct {
 
 	mu      sync.Mutex
 	ballast bool // the ballast file exists
+	// A ballast write that failed for another reason than a lack of space
+	// (EIO, EDQUOT: statfs cannot foresee those) does not hold writes
+	// back: they go on without it, and it is tried again at retryAt.
+	failed  bool
+	retryAt time.Time
 }
+
+// ballastRetry is how long writes go on without the ballast after writing
+// it failed for another reason than a lack of space.
+const ballastRetry = time.Minute
 
 func newDiskSpace(fs vfs.FS, dir string, cfg *Config) *diskSpace {
 	d := &diskSpace{fs: fs, dir: dir, reserve: cfg.DiskReserve, log: cfg.Logger}
@@ -47,11 +57,23 @@ func newDiskSpace(fs vfs.FS, dir string, cfg *Config) *diskSpace {
 	if u, err := fs.GetDiskUsage(dir); err == nil {
 		d.total = u.TotalBytes
 	}
-	if _, err := fs.Stat(d.path()); err == nil {
-		d.ballast = true
+	_ = fs.Remove(d.tmpPath()) // a write cut short by a crash
+	if st, err := fs.Stat(d.path()); err == nil {
+		switch {
+		case d.size == 0 || uint64(st.Size()) == d.size:
+			d.ballast = true
+		default:
+			// Another size (the setting changed; or a ballast from before
+			// it was written atomically, cut short): written again.
+			if err := fs.Remove(d.path()); err != nil {
+				d.ballast = true // released when space runs short, at least
+			}
+		}
 	}
 	return d
 }
+
+func (d *diskSpace) tmpPath() string { return d.path() + ".tmp" }
 
 func (d *diskSpace) path() string { return d.fs.PathJoin(d.dir, ballastFile) }
 
@@ -71,15 +93,25 @@ func (d *diskSpace) budget(first uint64) (uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	avail := u.AvailBytes
-	if !d.ballast && d.size > 0 {
+	if !d.ballast && d.size > 0 && (!d.failed || !time.Now().Before(d.retryAt)) {
 		if avail < d.reserve+d.size+first {
 			return 0, d.shortLocked(avail, first)
 		}
-		if err := d.writeBallast(); err != nil {
+		switch err := d.writeBallast(); {
+		case err == nil:
+			if d.failed {
+				d.log.Info("persistence: ballast written", "file", d.path())
+			}
+			d.ballast, d.failed = true, false
+			avail -= d.size
+		case errors.Is(err, syscall.ENOSPC):
 			return 0, fmt.Errorf("%w: cannot write the ballast %s: %v", errNoSpace, d.path(), err)
+		default:
+			if !d.failed {
+				d.log.Error("persistence: cannot write the ballast; writing without it, trying again every "+ballastRetry.String(), "file", d.path(), "err", err)
+			}
+			d.failed, d.retryAt = true, time.Now().Add(ballastRetry)
 		}
-		d.ballast = true
-		avail -= d.size
 	}
 	if avail < d.reserve+first {
 		return 0, d.shortLocked(avail, first)
@@ -143,8 +175,11 @@ func (d *diskSpace) roomToOpen(walBytes uint64) error {
 		d.dir, mib(u.AvailBytes), mib(need))
 }
 
+// writeBallast writes the ballast atomically: a synced temporary file
+// renamed to its name, then the dir synced. A crash leaves no short one.
 func (d *diskSpace) writeBallast() error {
-	f, err := d.fs.Create(d.path(), vfs.WriteCategoryUnspecified)
+	tmp := d.tmpPath()
+	f, err := d.fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
@@ -160,10 +195,20 @@ func (d *diskSpace) writeBallast() error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		_ = d.fs.Remove(d.path())
+	if err == nil {
+		err = d.fs.Rename(tmp, d.path())
 	}
-	return err
+	if err != nil {
+		_ = d.fs.Remove(tmp)
+		return err
+	}
+	dir, err := d.fs.OpenDir(d.dir)
+	if err != nil {
+		return nil // the ballast is whole; only its name may not survive a crash
+	}
+	_ = dir.Sync()
+	_ = dir.Close()
+	return nil
 }
 
 // isNoSpace reports whether err is the file system being full.

@@ -326,6 +326,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.rewriteBeforeClose()
 	for _, sh := range s.shards {
 		sh.in <- ctlQuit
 	}

@@ -1,0 +1,92 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBallastWrittenAtomically: the ballast is never written in place (a
+// crash mid-write would leave a short one, trusted forever), and one found
+// short at a start is written again.
+func TestBallastWrittenAtomically(t *testing.T) {
+	mem, _ := fullDisk()
+	var inPlace atomic.Int64
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && mem.PathBase(op.Path) == ballastFile && op.Kind != errorfs.OpRemove {
+			inPlace.Add(1)
+		}
+		return nil
+	}))
+	var log lockedLog
+	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: fs,
+		MemTableSize: 1 << 20, Logger: log.logger()} // ballast 2 MiB
+	st, err := New(cfg)
+	require.NoError(t, err)
+	run(st, throttleOp("k", 5, 1, 3600, 1))
+	require.NoError(t, st.Close())
+	ballast := mem.PathJoin("db", ballastFile)
+	fi, err := mem.Stat(ballast)
+	require.NoError(t, err)
+	require.Equal(t, int64(2<<20), fi.Size())
+	assert.Zero(t, inPlace.Load(), "the ballast is written under another name, then renamed")
+
+	// A ballast cut short (as by a crash mid-write, before it was atomic).
+	f, err := mem.Create(ballast, vfs.WriteCategoryUnspecified)
+	require.NoError(t, err)
+	_, err = f.Write(make([]byte, 4096))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	st, err = New(cfg)
+	require.NoError(t, err)
+	defer st.Close()
+	run(st, throttleOp("k2", 5, 1, 3600, 1))
+	fi, err = mem.Stat(ballast)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2<<20), fi.Size(), "a short ballast is written again")
+}
+
+// TestBallastWriteErrorDoesNotBlockWrites: a ballast write failing for
+// another reason than a full disk (EIO, EDQUOT) is not taken for a full
+// disk, retried every second while every change waits: writes go on
+// without the ballast, and the failure is logged once.
+func TestBallastWriteErrorDoesNotBlockWrites(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.EIO, syscall.EDQUOT} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			mem, _ := fullDisk()
+			fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if op.Kind == errorfs.OpFileWrite && mem.PathBase(op.Path) != "" &&
+					(mem.PathBase(op.Path) == ballastFile || mem.PathBase(op.Path) == ballastFile+".tmp") {
+					return fmt.Errorf("injected: %w", errno)
+				}
+				return nil
+			}))
+			var log lockedLog
+			cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: fs,
+				MemTableSize: 1 << 20, Logger: log.logger()}
+			st, err := New(cfg)
+			require.NoError(t, err)
+			for i := 0; i < 20; i++ {
+				run(st, throttleOp(fmt.Sprint("k", i), 5, 1, 3600, 1))
+			}
+			require.Eventually(t, func() bool { return st.PersistStats().Changes >= 20 }, 3*time.Second, 10*time.Millisecond,
+				"changes are written without the ballast")
+			assert.NoError(t, st.PersistErr())
+			assert.Equal(t, 1, log.lines("cannot write the ballast"))
+			require.NoError(t, st.Close())
+			st, err = New(Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", FS: mem, MemTableSize: 1 << 20})
+			require.NoError(t, err)
+			defer st.Close()
+			assert.Equal(t, int64(20), st.PersistStats().KeysLoaded)
+			assert.False(t, errors.Is(st.PersistErr(), errNoSpace))
+		})
+	}
+}

@@ -1,0 +1,72 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPebbleErrorLinesThrottledByKind: Pebble logs unrelated errors with one
+// generic format; throttling by format hid all but the first. The same
+// error about another file is still the same kind.
+func TestPebbleErrorLinesThrottledByKind(t *testing.T) {
+	var log lockedLog
+	e := newPebbleEvents(log.logger(), nil)
+	for i := 0; i < 5; i++ {
+		e.Errorf("%s", fmt.Sprintf("write 0000%d.sst: no space left on device", 10+i))
+	}
+	e.Errorf("%s", "open MANIFEST-000005: input/output error")
+	e.Errorf("%v", errors.New("cannot delete obsolete file 000007.log: permission denied"))
+	assert.Equal(t, 1, log.lines(".sst: no space left"), "one kind")
+	assert.Equal(t, 1, log.lines("open MANIFEST-000005"), "another kind, logged although of the same format")
+	assert.Equal(t, 1, log.lines("cannot delete obsolete file"))
+}
+
+// TestInfoDoesNotWaitForPebble: while a flush fails and is retried, Pebble
+// holds its DB mutex through each pause of backgroundError; INFO's
+// disk_bytes (Metrics, which takes that mutex) must not wait for it, on an
+// event loop.
+func TestInfoDoesNotWaitForPebble(t *testing.T) {
+	mem := vfs.NewMem()
+	var failing atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && strings.HasSuffix(op.Path, ".sst") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errors.New("injected: input/output error")
+		}
+		return nil
+	}))
+	var log lockedLog
+	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: fs,
+		MemTableSize: 1 << 20, Logger: log.logger()}
+	st, err := New(cfg)
+	require.NoError(t, err)
+	run(st, throttleOp("k", 5, 1, 3600, 1))
+	require.Positive(t, st.PersistStats().DiskBytes)
+	failing.Store(true)
+	_, err = st.p.db().AsyncFlush()
+	require.NoError(t, err)
+	ev := st.p.dd.events
+	require.Eventually(t, func() bool {
+		ev.mu.Lock()
+		defer ev.mu.Unlock()
+		return ev.bgPause >= 400*time.Millisecond
+	}, 10*time.Second, time.Millisecond, "the flush fails, over and over")
+	var slowest time.Duration
+	for i := 0; i < 20; i++ {
+		start := time.Now()
+		_ = st.PersistStats()
+		slowest = max(slowest, time.Since(start))
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.Less(t, slowest, 50*time.Millisecond, "INFO does not wait for Pebble's mutex")
+	failing.Store(false)
+	require.NoError(t, st.Close())
+}
