@@ -96,8 +96,13 @@ func (s *Server) route(cmd *Command, args [][]byte) string {
 	emulated := s.cfg.Cluster.Mode == ClusterEmulated
 	t := s.topo.Load()
 	slot, sh := -1, 0
-	for i := cmd.FirstKey; i <= last && i < len(args); i += cmd.Step {
-		sl := cluster.KeySlot(args[i])
+	keys, step := args, cmd.Step
+	if cmd.Keys != nil {
+		keys, step, last = append([][]byte{nil}, cmd.Keys(args)...), 1, -1
+		last += len(keys)
+	}
+	for i := cmd.FirstKey; i <= last && i < len(keys); i += step {
+		sl := cluster.KeySlot(keys[i])
 		switch {
 		case slot < 0:
 			slot = sl

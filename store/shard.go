@@ -150,6 +150,7 @@ const (
 	ctlSweepTick = iota + 1
 	ctlPersistTick
 	ctlStop
+	ctlHold // park the goroutine for RunHeld (batch.hold)
 )
 
 func (sh *shard) loop() {
@@ -215,6 +216,8 @@ func (sh *shard) loop() {
 		case ctlPersistTick:
 			sh.startWriteOut()
 			sh.step()
+		case ctlHold:
+			sh.runHold(b)
 		case ctlStop:
 			close(stop)
 			<-done
