@@ -545,8 +545,16 @@ func (t *table) state(e *entry, buf []byte) []byte {
 // state inline (its TAT), any other in the arena. Slices taken from the
 // table before are invalid after.
 func (t *table) setState(e *entry, enc []byte) {
-	t.clearState(e)
 	k := limit.KindOf(enc)
+	if e.outKind() == k && k != 0 {
+		// A state of the same size (FW, SWC, an SWL log of as many
+		// entries) is rewritten in place: no garbage for the arena.
+		if old := t.arena.getState(e.tat); len(old) == len(enc) {
+			copy(old, enc)
+			return
+		}
+	}
+	t.clearState(e)
 	if k == limit.KindGCRA && len(enc) == gcraStateLen {
 		e.tat = binary.BigEndian.Uint64(enc[2:])
 		return
