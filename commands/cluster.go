@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/gcra"
+	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -95,8 +96,13 @@ func (s *Server) route(cmd *Command, args [][]byte) string {
 	emulated := s.cfg.Cluster.Mode == ClusterEmulated
 	t := s.topo.Load()
 	slot, sh := -1, 0
-	for i := cmd.FirstKey; i <= last && i < len(args); i += cmd.Step {
-		sl := cluster.KeySlot(args[i])
+	keys, step := args, cmd.Step
+	if cmd.Keys != nil {
+		keys, step, last = append([][]byte{nil}, cmd.Keys(args)...), 1, -1
+		last += len(keys)
+	}
+	for i := cmd.FirstKey; i <= last && i < len(keys); i += step {
+		sl := cluster.KeySlot(keys[i])
 		switch {
 		case slot < 0:
 			slot = sl
@@ -506,7 +512,7 @@ func (s *Server) transfer(t *cluster.Topology, entries []store.Entry) {
 			continue
 		}
 		// A state the new owner would refuse would fail its whole chunk.
-		if checkImport(e.TAT, e.Expires, now) != "" {
+		if checkImportState(e.State, e.Expires, now) != "" {
 			left++
 			continue
 		}
@@ -542,10 +548,10 @@ func (s *Server) pushState(addr string, list []store.Entry) error {
 	defer cancel()
 	for len(list) > 0 {
 		n := min(len(list), importChunk)
-		args := make([]any, 0, 2+3*n)
-		args = append(args, "CLUSTER", "IMPORTSTATE")
+		args := make([]any, 0, 4+3*n)
+		args = append(args, "CLUSTER", "IMPORTSTATE", importStates, importVersion)
 		for _, e := range list[:n] {
-			args = append(args, e.Key, strconv.FormatUint(e.TAT, 10), strconv.FormatInt(e.Expires, 10))
+			args = append(args, e.Key, e.State, strconv.FormatInt(e.Expires, 10))
 		}
 		if err := rdb.Do(ctx, args...).Err(); err != nil {
 			return err
@@ -555,50 +561,104 @@ func (s *Server) pushState(addr string, list []store.Entry) error {
 	return nil
 }
 
-// CLUSTER IMPORTSTATE key tat expire_ms [key tat expire_ms ...]: merges
-// limiter state moved from another node. Every state is checked first
-// (checkImport): one that CL.THROTTLE could not have written refuses the
-// whole command with an ERR and nothing is merged. A key is taken unless
-// this node holds a later TAT for it (the more restrictive state wins), or
-// its state has expired. Replies the number of keys taken.
+// CLUSTER IMPORTSTATE key tat expire_ms [key tat expire_ms ...]
+// CLUSTER IMPORTSTATE STATES 1 key state expire_ms [key state expire_ms ...]
+//
+// Merges limiter state moved from another node. The first form is the
+// original one, GCRA TATs only (still accepted from older nodes); the
+// second carries every kind: state is limit.Encode's bytes (kind, format
+// version, fields), and 1 is the version of this argument layout. The two
+// cannot be confused: the first has 3n arguments, the second 3n+2.
+// Every state is checked first (checkImport for a TAT, a decodable state
+// with a plausible expiry for the others): one that this server could not
+// have written refuses the whole command with an ERR and nothing is merged.
+// Each key is merged with limit.Merge (the result charges what both
+// allowed: GCRA debts add up, counts add up, logs unite); a state of
+// another kind than the local key's, or one already expired, merges
+// nothing. Replies the number of keys changed.
 func clusterImportState(c *Client, w *Out, args [][]byte) {
 	if !clusterGuard(c, w) {
 		return
 	}
 	rest := args[2:]
-	if len(rest)%3 != 0 {
+	encoded := len(rest)%3 == 2 && strings.EqualFold(string(rest[0]), importStates)
+	if encoded {
+		if string(rest[1]) != importVersion {
+			w.WriteError("ERR unsupported IMPORTSTATE version '" + trunc(cstr(rest[1]), 32) + "'")
+			return
+		}
+		rest = rest[2:]
+	} else if len(rest)%3 != 0 {
 		w.WriteError(wrongArity("cluster|importstate"))
 		return
 	}
-	tats := make([]uint64, 0, len(rest)/3)
+	states := make([][]byte, 0, len(rest)/3)
 	exps := make([]int64, 0, len(rest)/3)
 	now := c.srv.clock.Now()
 	for i := 0; i < len(rest); i += 3 {
-		tat, err1 := strconv.ParseUint(string(rest[i+1]), 10, 64)
 		exp, err2 := strconv.ParseInt(string(rest[i+2]), 10, 64)
-		if err1 != nil || err2 != nil {
+		var state []byte
+		if encoded {
+			state = rest[i+1]
+		} else {
+			tat, err1 := strconv.ParseUint(string(rest[i+1]), 10, 64)
+			if err1 != nil {
+				err2 = err1
+			}
+			state, _ = limit.GCRAState{TAT: tat}.AppendBinary(nil)
+		}
+		if err2 != nil {
 			w.WriteError(ErrNotInteger)
 			return
 		}
-		if e := checkImport(tat, exp, now); e != "" {
+		if e := checkImportState(state, exp, now); e != "" {
 			w.WriteError(ErrImportPrefix + trunc(cstr(rest[i]), 128) + "': " + e)
 			return
 		}
-		tats, exps = append(tats, tat), append(exps, exp)
+		states, exps = append(states, state), append(exps, exp)
 	}
-	ops := make([]*store.Op, 0, len(tats))
-	for i := range tats {
+	reqs := make([]store.ImportReq, len(states))
+	for i := range states {
+		r := &reqs[i]
+		r.Key, r.State, r.Expires = rest[3*i], states[i], exps[i]
 		op := c.NewOp()
-		op.Kind, op.Key, op.TAT, op.Expires = store.OpImport, rest[3*i], tats[i], exps[i]
-		c.Queue(op)
-		ops = append(ops, op)
+		op.Kind, op.Req = store.OpReq, r
+		c.QueueTo(c.srv.st.ShardOf(r.Key), op)
 	}
 	c.runNow()
 	var n int64
-	for _, op := range ops {
-		n += op.N
+	for i := range reqs {
+		if reqs[i].Applied {
+			n++
+		}
 	}
 	w.WriteInt(n)
+}
+
+// The second form of CLUSTER IMPORTSTATE: its keyword and layout version.
+const (
+	importStates  = "STATES"
+	importVersion = "1"
+)
+
+// checkImportState is checkImport for a state of any kind: a GCRA state's
+// TAT goes through checkImport; any other must decode, and expire, no later
+// than two of the longest windows from now (SWC's reach) plus the skew.
+func checkImportState(state []byte, exp, now int64) string {
+	s, err := limit.Decode(state)
+	if err != nil {
+		return "the state does not decode"
+	}
+	if g, ok := s.(limit.GCRAState); ok {
+		return checkImport(g.TAT, exp, now)
+	}
+	if exp < 0 || exp == store.NoExpiry {
+		return fmt.Sprintf("expiry %d ms is not a window's", exp)
+	}
+	if lim := now/int64(time.Millisecond) + 2*int64(limit.MaxWindow/time.Millisecond) + importClockSkew/int64(time.Millisecond); exp > lim {
+		return fmt.Sprintf("expiry %d ms is later than %d, now plus two of the longest windows and a minute of clock skew", exp, lim)
+	}
+	return ""
 }
 
 // ErrImportPrefix starts IMPORTSTATE's refusal of a state: the key, "': "
@@ -673,7 +733,7 @@ func clusterHelp(c *Client, w *Out, _ [][]byte) {
 		"MYID", "    Return the node id.",
 		"NODES", "    Return cluster configuration seen by node.",
 		"SETTOPOLOGY <json>", "    Apply a topology document whose epoch is newer than the current one.",
-		"IMPORTSTATE <key> <tat> <expire-ms> [...]", "    Merge limiter state moved from another node (the more restrictive state wins).",
+		"IMPORTSTATE [STATES 1] <key> <tat|state> <expire-ms> [...]", "    Merge limiter state moved from another node (limit.Merge: both sides' charges count).",
 		"SHARDS", "    Return information about slot range mappings and the nodes associated with them.",
 		"SLOTS", "    Return information about slots range mappings.",
 		"HELP", "    Print this help.",

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cellserver/cellserver/gcra"
+	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -126,4 +127,33 @@ func TestImportStateRefusesAbsurdState(t *testing.T) {
 	assert.Equal(t, ":1\r\n", h.cmd("CLUSTER", "IMPORTSTATE", "ok", good, goodExp))
 	assert.Equal(t, "$19\r\n"+good+"\r\n", h.cmd("GET", "ok"))
 	assert.Equal(t, ":5000\r\n", h.cmd("PTTL", "ok"))
+}
+
+// TestImportStateCarriesEveryKind: the STATES 1 form moves encoded states
+// of any kind; TYPE, GET and CL.THROTTLE then see a cl-limit key, and a
+// second import of the same window adds its count (limit.Merge). GCRA TATs
+// merge by adding their debts, in either form.
+func TestImportStateCarriesEveryKind(t *testing.T) {
+	h := newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterEmulated, Host: "127.0.0.1", Port: 7001}})
+	start := harnessNowMs / 60_000 * 60_000
+	fw, err := limit.Encode(limit.FWState{WindowMS: 60_000, StartMS: start, Count: 3})
+	require.NoError(t, err)
+	exp := strconv.FormatInt(start+60_000, 10)
+	assert.Equal(t, ":1\r\n", h.cmd("CLUSTER", "IMPORTSTATE", "STATES", "1", "fw", string(fw), exp))
+	assert.Equal(t, ":1\r\n", h.cmd("CLUSTER", "IMPORTSTATE", "STATES", "1", "fw", string(fw), exp))
+	assert.Equal(t, "+cl-limit\r\n", h.cmd("TYPE", "fw"))
+	assert.Equal(t, "-"+ErrWrongType+"\r\n", h.cmd("GET", "fw"))
+	assert.Equal(t, "-"+ErrWrongType+"\r\n", h.cmd("CL.THROTTLE", "fw", "1", "1", "1"))
+	assert.Equal(t, ":"+strconv.FormatInt(start+60_000-harnessNowMs, 10)+"\r\n", h.cmd("PTTL", "fw"))
+
+	assert.True(t, strings.HasPrefix(h.cmd("CLUSTER", "IMPORTSTATE", "STATES", "1", "bad", "\x02\x09junk", exp), "-"+ErrImportPrefix+"bad': the state does not decode"))
+	assert.Equal(t, "-ERR unsupported IMPORTSTATE version '2'\r\n", h.cmd("CLUSTER", "IMPORTSTATE", "STATES", "2", "fw", string(fw), exp))
+
+	// Two nodes each charged 5 s of debt on g: the merge holds 10 s.
+	tat := strconv.FormatInt(harnessNow+5e9, 10)
+	gexp := strconv.FormatInt(harnessNowMs+5000, 10)
+	assert.Equal(t, ":1\r\n", h.cmd("CLUSTER", "IMPORTSTATE", "g", tat, gexp))
+	assert.Equal(t, ":1\r\n", h.cmd("CLUSTER", "IMPORTSTATE", "g", tat, gexp))
+	assert.Equal(t, "$19\r\n"+strconv.FormatInt(harnessNow+10e9, 10)+"\r\n", h.cmd("GET", "g"))
+	assert.Equal(t, "+string\r\n", h.cmd("TYPE", "g"))
 }

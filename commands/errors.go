@@ -15,6 +15,7 @@ const (
 	ErrNoProto         = "NOPROTO unsupported protocol version"
 	ErrProtoNotInt     = "ERR Protocol version is not an integer or out of range"
 	ErrSyntax          = "ERR syntax error"
+	ErrWrongType       = "WRONGTYPE Operation against a key holding the wrong kind of value"
 	ErrNotInteger      = "ERR value is not an integer or out of range"
 	ErrInvalidCursor   = "ERR invalid cursor"
 	ErrDBIndex         = "ERR DB index is out of range"

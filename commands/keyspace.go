@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -29,7 +30,7 @@ func registerKeyspace(t Table) {
 			Queue: queueEach(store.OpPTTL), Reply: ttlReply},
 		&Command{Name: "type", Arity: 2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: 1,
 			Group: "generic", Summary: "Determines the type of value stored at a key.", Since: "1.0.0",
-			Queue: queueEach(store.OpExists), Reply: typeReply},
+			Queue: queueEach(store.OpType), Reply: typeReply},
 		&Command{Name: "keys", Arity: 2, Flags: []string{"readonly"},
 			Group: "generic", Summary: "Returns all key names that match a pattern.", Since: "1.0.0",
 			Run: keysCmd},
@@ -107,6 +108,11 @@ func (s *Server) countLookup(found bool) {
 // GET key
 func getReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
 	c.srv.countLookup(ops[0].Found)
+	if ops[0].Err == store.ErrWrongType {
+		c.srv.countError(ErrWrongType)
+		w.WriteError(ErrWrongType)
+		return
+	}
 	if !ops[0].Found {
 		w.WriteNull()
 		return
@@ -150,9 +156,9 @@ func ttlReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
 
 // TYPE key
 func typeReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	c.srv.countLookup(ops[0].N == 1)
-	if ops[0].N == 1 {
-		w.WriteString("string")
+	c.srv.countLookup(ops[0].N != 0)
+	if ops[0].N != 0 {
+		w.WriteString(limit.Kind(ops[0].N).TypeName())
 	} else {
 		w.WriteString("none")
 	}

@@ -303,6 +303,9 @@ func keyArgs(cmd *Command, argv [][]byte) [][]byte {
 	if cmd.FirstKey <= 0 {
 		return nil
 	}
+	if cmd.Keys != nil {
+		return cmd.Keys(argv)
+	}
 	last := cmd.LastKey
 	if last < 0 {
 		last += len(argv)

@@ -48,6 +48,10 @@ func throttleQueue(c *Client, args [][]byte) string {
 func throttleReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
 	op := ops[0]
 	switch {
+	case op.Err == store.ErrWrongType:
+		c.srv.countError(ErrWrongType)
+		w.WriteError(ErrWrongType)
+		return
 	case op.Err != nil: // not ErrZeroRate: throttleQueue rejected that already
 		w.WriteError(ErrInternal)
 		return

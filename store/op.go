@@ -1,9 +1,11 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 
 	"github.com/cellserver/cellserver/gcra"
+	"github.com/cellserver/cellserver/limit"
 )
 
 // Kind says what an Op does.
@@ -26,7 +28,8 @@ const (
 	OpSlotKeys              // up to Count live keys in Slot
 	OpDropSlots             // remove every key whose slot is in Ranges, from memory and disk
 	OpDumpSlots             // Entries = every live key whose slot is in Ranges
-	OpImport                // merge Key = (TAT, Expires): kept if absent or its TAT is older; N = 1 if applied
+	OpType                  // N = the key's limit.Kind (KindGCRA for a TAT), 0 if missing
+	OpReq                   // run Req, a typed request (LimitReq, ImportReq); nothing else of the Op is used
 
 	opSweep     // one step of the expiry sweep, run on the owner (tests)
 	opSnapshot  // rewrite the shard's keys to disk (after a reopen)
@@ -43,6 +46,10 @@ var (
 	ErrClosed = errors.New("store: closed")
 	// ErrPanic: executing the op panicked; the shard recovered and goes on.
 	ErrPanic = errors.New("store: internal error")
+	// ErrWrongType: the key holds a state of another kind than the request's
+	// (a CL.LIMIT state for GET or CL.THROTTLE, another algorithm for
+	// CL.LIMIT); nothing was changed. Front ends word it (WRONGTYPE).
+	ErrWrongType = errors.New("store: wrong kind of value")
 )
 
 // Op is one unit of work for a shard owner. The caller fills the inputs, hands
@@ -59,11 +66,14 @@ type Op struct {
 	Slot    int      // SlotCount, SlotKeys
 	Ranges  [][2]int // DropSlots: inclusive slot ranges
 
+	// Req is the typed request of an OpReq op. New kinds of request are
+	// typed requests, not more fields here: the union is on its way out.
+	Req Request
+
 	// Outputs.
 	Err     error
 	Result  gcra.Result // OpThrottle
-	TAT     uint64      // OpGet; OpImport input
-	Expires int64       // OpImport input: expiry in Unix ms (math.MaxInt64: none)
+	TAT     uint64      // OpGet
 	Found   bool        // OpGet
 	N       int64
 	Cursor  uint64   // OpScan: in and out
@@ -77,12 +87,40 @@ type Op struct {
 // Entry is one key's limiter state, as moved between cluster nodes.
 type Entry struct {
 	Key     []byte
-	TAT     uint64
-	Expires int64 // Unix ms; NoExpiry for none
+	State   []byte // limit.Encode's bytes, whatever the kind (a copy)
+	Expires int64  // Unix ms; NoExpiry for none
+}
+
+// TAT returns the GCRA TAT of a GCRA entry, false for any other kind.
+func (e *Entry) TAT() (uint64, bool) {
+	if limit.KindOf(e.State) != limit.KindGCRA || len(e.State) != gcraStateLen {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(e.State[2:]), true
 }
 
 // NoExpiry is Entry.Expires for a key without a TTL.
 const NoExpiry = noExpiry
 
 // keyed reports whether the op names one key.
-func (op *Op) keyed() bool { return op.Kind <= OpPTTL || op.Kind == OpImport }
+func (op *Op) keyed() bool { return op.Kind <= OpPTTL || op.Kind == OpType }
+
+// Request is a typed request a shard runs on its goroutine, carried by an
+// OpReq op (Session.AddTo the shard of its keys). Its implementations are
+// this package's (LimitReq, ImportReq).
+type Request interface {
+	run(sh *shard, now int64)
+}
+
+// ImportReq merges one key's state moved from another node (CLUSTER
+// IMPORTSTATE) into the local one with limit.Merge: the result charges what
+// both allowed, never "the larger wins". A state of another kind than the
+// local one is not merged (the local one stays); an expired one (Expires
+// before now) neither.
+type ImportReq struct {
+	Key     []byte
+	State   []byte // limit.Encode's bytes
+	Expires int64  // Unix ms; NoExpiry for none
+	Applied bool   // out: the key changed
+	Err     error  // out: the local or the moved state does not decode
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/limit"
 )
 
 // Fsync is the durability policy, like Redis's appendfsync.
@@ -55,7 +56,10 @@ func (f Fsync) String() string {
 // A record's key is 'l' + a sequence number (8 bytes, big endian) that grows
 // across restarts; its value is a run of entries:
 //
-//	's' slot(2) keylen(uvarint) key tat(8) expiry(8)   the key's state
+//	's' slot(2) keylen(uvarint) key tat(8) expiry(8)   the key's GCRA state (its TAT)
+//	'S' slot(2) keylen(uvarint) key statelen(uvarint) state expiry(8)
+//	                                                   the key's state of another kind
+//	                                                   (limit.Encode's bytes: kind, version, fields)
 //	'd' slot(2) keylen(uvarint) key                    the key is gone
 //	'r' lo(2) hi(2)                                    slots [lo, hi) are empty
 //	'c' count(8)                                       log records committed so far
@@ -85,6 +89,7 @@ const (
 	prefixLog   = 'l'
 	prefixOld   = 'k' // "cellserver/1": one Pebble key per limiter key
 	recSet      = 's'
+	recState    = 'S'
 	recDel      = 'd'
 	recDrop     = 'r'
 	recCount    = 'c'
@@ -126,6 +131,14 @@ func appendSet(dst []byte, slot int, key []byte, tat uint64, exp int64) []byte {
 	return binary.BigEndian.AppendUint64(dst, uint64(exp))
 }
 
+// appendState appends a key's state of a kind other than GCRA to a record.
+func appendState(dst []byte, slot int, key, state []byte, exp int64) []byte {
+	dst = appendKeyEntry(dst, recState, slot, key)
+	dst = binary.AppendUvarint(dst, uint64(len(state)))
+	dst = append(dst, state...)
+	return binary.BigEndian.AppendUint64(dst, uint64(exp))
+}
+
 // appendKeyEntry appends an entry's kind, slot and key.
 func appendKeyEntry(dst []byte, kind byte, slot int, key []byte) []byte {
 	dst = append(dst, kind, byte(slot>>8), byte(slot))
@@ -151,6 +164,7 @@ type recReader struct {
 	hi    int // recDrop
 	key   []byte
 	tat   uint64
+	state []byte // recState
 	exp   int64
 	count uint64 // recCount
 	bad   bool
@@ -196,6 +210,28 @@ func (r *recReader) next() bool {
 			r.exp = int64(binary.BigEndian.Uint64(rest[n+8:]))
 		}
 		r.b = rest[need:]
+		return true
+	case recState:
+		n, w := binary.Uvarint(r.b[3:])
+		if w <= 0 || n == 0 || uint64(len(r.b)-3-w) < n || r.slot >= cluster.SlotCount {
+			r.bad = true
+			return false
+		}
+		rest := r.b[3+w:]
+		r.key, rest = rest[:n], rest[n:]
+		sn, sw := binary.Uvarint(rest)
+		if sw <= 0 || sn < 2 || uint64(len(rest)-sw) < sn+8 {
+			r.bad = true
+			return false
+		}
+		rest = rest[sw:]
+		r.state = rest[:sn]
+		if _, err := limit.Decode(r.state); err != nil {
+			r.bad = true
+			return false
+		}
+		r.exp = int64(binary.BigEndian.Uint64(rest[sn:]))
+		r.b = rest[sn+8:]
 		return true
 	}
 	r.bad = true
@@ -385,6 +421,14 @@ func (sh *shard) replay(buf []byte) {
 				ei = int64(sh.t.insertHash(r.key, h))
 			}
 			sh.set(uint32(ei), r.tat, r.exp)
+			sh.t.at(uint32(ei)).setOnDisk()
+		case recState:
+			h := sh.t.hash(r.key)
+			ei := sh.t.findHash(r.key, h)
+			if ei < 0 {
+				ei = int64(sh.t.insertHash(r.key, h))
+			}
+			sh.setState(uint32(ei), r.state, r.exp)
 			sh.t.at(uint32(ei)).setOnDisk()
 		case recDel:
 			if ei := sh.t.find(r.key); ei >= 0 {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/gcra"
+	"github.com/cellserver/cellserver/limit"
 )
 
 // shard owns one part of the keyspace. Only its goroutine (loop) touches t.
@@ -149,6 +151,7 @@ const (
 	ctlSweepTick = iota + 1
 	ctlPersistTick
 	ctlStop
+	ctlHold // park the goroutine for RunHeld (batch.hold)
 )
 
 func (sh *shard) loop() {
@@ -214,6 +217,8 @@ func (sh *shard) loop() {
 		case ctlPersistTick:
 			sh.startWriteOut()
 			sh.step()
+		case ctlHold:
+			sh.runHold(b)
 		case ctlStop:
 			close(stop)
 			<-done
@@ -556,6 +561,9 @@ func (sh *shard) appendEntry(rec []byte, i uint32, n int, clean bool) ([]byte, i
 	}
 	e.setOnDisk()
 	k := sh.t.keyOf(e)
+	if e.outKind() != 0 {
+		return appendState(rec, cluster.KeySlot(k), k, sh.t.state(e, nil), e.exp()), n + 1
+	}
 	return appendSet(rec, cluster.KeySlot(k), k, e.tat, e.exp()), n + 1
 }
 
@@ -667,7 +675,16 @@ func (sh *shard) exec(op *Op, now int64) {
 		op.Found = ei >= 0
 		op.TAT = 0
 		if op.Found {
-			op.TAT = sh.t.at(uint32(ei)).tat
+			if e := sh.t.at(uint32(ei)); e.outKind() != 0 {
+				op.Err = ErrWrongType
+			} else {
+				op.TAT = e.tat
+			}
+		}
+	case OpType:
+		op.N = 0
+		if ei := sh.lookup(op, nowMs); ei >= 0 {
+			op.N = int64(sh.t.at(uint32(ei)).kind())
 		}
 	case OpDel:
 		op.N = 0
@@ -721,24 +738,11 @@ func (sh *shard) exec(op *Op, now int64) {
 		op.Entries = op.Entries[:0]
 		for i := uint32(0); i < sh.t.nent; i++ {
 			if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
-				op.Entries = append(op.Entries, Entry{Key: append([]byte(nil), sh.t.keyOf(e)...), TAT: e.tat, Expires: e.exp()})
+				op.Entries = append(op.Entries, Entry{Key: append([]byte(nil), sh.t.keyOf(e)...), State: bytes.Clone(sh.t.state(e, nil)), Expires: e.exp()})
 			}
 		}
-	case OpImport:
-		op.N = 0
-		if op.Expires < nowMs {
-			break
-		}
-		ei := sh.lookup(op, nowMs)
-		if ei >= 0 && sh.t.at(uint32(ei)).tat >= op.TAT {
-			break // the local state is at least as restrictive
-		}
-		if ei < 0 {
-			ei = int64(sh.t.insertHash(op.Key, op.hash))
-		}
-		sh.set(uint32(ei), op.TAT, op.Expires)
-		sh.markDirty(uint32(ei))
-		op.N = 1
+	case OpReq:
+		op.Req.run(sh, now)
 	case opSweep:
 		sh.sweep(now)
 	case opSnapshot:
@@ -766,7 +770,12 @@ func (sh *shard) throttle(op *Op, now, nowMs int64) {
 	ei := sh.lookup(op, nowMs)
 	var tat uint64
 	if ei >= 0 {
-		tat = sh.t.at(uint32(ei)).tat
+		e := sh.t.at(uint32(ei))
+		if e.outKind() != 0 {
+			op.Err = ErrWrongType
+			return
+		}
+		tat = e.tat
 	}
 	res, err := gcra.Throttle(op.Params, tat, ei >= 0, now)
 	op.Result, op.Err = res, err
@@ -791,11 +800,75 @@ func (sh *shard) set(ei uint32, tat uint64, exp int64) {
 	if e.exp() != noExpiry {
 		sh.expires--
 	}
-	e.tat = tat
+	sh.t.setTAT(e, tat)
 	e.setExp(exp)
 	if exp != noExpiry {
 		sh.expires++
 	}
+}
+
+// setState stores an encoded state (any kind) and its expiry in entry ei.
+func (sh *shard) setState(ei uint32, enc []byte, exp int64) {
+	e := sh.t.at(ei)
+	if e.exp() != noExpiry {
+		sh.expires--
+	}
+	sh.t.setState(e, enc)
+	e.setExp(exp)
+	if exp != noExpiry {
+		sh.expires++
+	}
+}
+
+// find returns the entry index of a live key, removing it first if it has
+// expired (lazy expiry); -1 if absent. h is the key's table hash.
+func (sh *shard) find(key []byte, h uint64, nowMs int64) int64 {
+	ei := sh.t.findHash(key, h)
+	if ei < 0 {
+		return -1
+	}
+	if sh.t.at(uint32(ei)).exp() < nowMs {
+		sh.removeHash(uint32(ei), h)
+		sh.expired.Add(1)
+		return -1
+	}
+	return ei
+}
+
+func (r *ImportReq) run(sh *shard, now int64) {
+	r.Applied, r.Err = false, nil
+	nowMs := floorMs(now)
+	if r.Expires < nowMs {
+		return
+	}
+	if _, err := limit.Decode(r.State); err != nil {
+		r.Err = err
+		return
+	}
+	h := sh.t.hash(r.Key)
+	ei := sh.find(r.Key, h, nowMs)
+	state, exp := r.State, r.Expires
+	if ei >= 0 {
+		e := sh.t.at(uint32(ei))
+		local := sh.t.state(e, nil)
+		if limit.KindOf(local) != limit.KindOf(r.State) {
+			return // a WRONGTYPE conflict: the local state stays
+		}
+		merged, mexp, err := limit.MergeEncoded(nil, local, r.State, now)
+		if err != nil {
+			r.Err = err
+			return
+		}
+		if bytes.Equal(merged, local) && max(mexp, e.exp(), r.Expires) == e.exp() {
+			return // nothing to add
+		}
+		state, exp = merged, max(mexp, e.exp(), r.Expires)
+	} else {
+		ei = int64(sh.t.insertHash(r.Key, h))
+	}
+	sh.setState(uint32(ei), state, exp)
+	sh.markDirty(uint32(ei))
+	r.Applied = true
 }
 
 // lookup returns the entry index of a live key, removing it first if it has

@@ -370,9 +370,10 @@ type Session struct {
 }
 
 type batch struct {
-	ops []*Op
-	wg  *sync.WaitGroup
-	ctl uint8 // 0: a request batch; else a control batch (see shard.loop)
+	ops  []*Op
+	wg   *sync.WaitGroup
+	ctl  uint8 // 0: a request batch; else a control batch (see shard.loop)
+	hold *hold // a ctlHold batch's
 }
 
 // NewSession returns a Session on s.

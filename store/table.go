@@ -6,6 +6,8 @@ import (
 	"hash/maphash"
 	"math"
 	"unsafe"
+
+	"github.com/cellserver/cellserver/limit"
 )
 
 // noExpiry is the expireAt value of a key without a TTL.
@@ -31,8 +33,13 @@ const inlineKey = 16
 // The pair is what keeps a typical rate-limit key ("rl:user:12345678",
 // "ratelimit:ip:10.1.2.3") to one cache miss: with the key in the arena a
 // lookup at 10M keys cost a third random memory access.
+//
+// The value knows its kind (meta's kind bits): a GCRA state (kind 0, what
+// CL.THROTTLE writes) keeps its TAT inline in tat, so GCRA keys are as small
+// as they ever were; any other CL.LIMIT state (limit.Encode bytes) lives in
+// the arena, length-prefixed, and tat holds its location.
 type entry struct {
-	tat  uint64          // theoretical arrival time, Unix ns (the value GET returns)
+	tat  uint64          // GCRA: theoretical arrival time, Unix ns (the value GET returns); else the state's arena location
 	meta uint64          // flags << 56 | key length << 50 | expiry (50 bits, signed)
 	k    [inlineKey]byte // the key if short, else its start (pair) or arena location
 }
@@ -47,6 +54,10 @@ const (
 	metaFree   = 1 << 56
 	metaDirty  = 1 << 57
 	metaOnDisk = 1 << 58 // some state of this key was written out since it was created
+	// The kind bits: 0 for a GCRA TAT inline, else the limit.Kind of a state
+	// kept in the arena.
+	metaKindShift = 59
+	metaKindMask  = 7
 	// metaNoExp is the stored expiry that stands for noExpiry: CL.THROTTLE's
 	// expiries are Unix ms within ±1.9e13 (see package gcra), far from 2^49;
 	// setExp clamps any other.
@@ -76,7 +87,18 @@ func (e *entry) setExp(ms int64) {
 	e.meta = e.meta&^metaExpMask | uint64(ms)&metaExpMask
 }
 
-func (e *entry) isFree() bool   { return e.meta&metaFree != 0 }
+func (e *entry) isFree() bool { return e.meta&metaFree != 0 }
+
+// outKind is the kind of a state kept out of line, 0 for an inline GCRA TAT.
+func (e *entry) outKind() limit.Kind { return limit.Kind(e.meta >> metaKindShift & metaKindMask) }
+
+// kind is the algorithm of the entry's state.
+func (e *entry) kind() limit.Kind {
+	if k := e.outKind(); k != 0 {
+		return k
+	}
+	return limit.KindGCRA
+}
 func (e *entry) isDirty() bool  { return e.meta&metaDirty != 0 }
 func (e *entry) isOnDisk() bool { return e.meta&metaOnDisk != 0 }
 func (e *entry) setOnDisk()     { e.meta |= metaOnDisk }
@@ -387,6 +409,7 @@ func (t *table) removeHash(ei uint32, h uint64) {
 	if !t.unindex(t.idx, t.shift, h, want, true) && (t.old == nil || !t.unindex(t.old, t.oldShift, h, want, false)) {
 		panic("store: table entry missing from index")
 	}
+	t.clearState(e)
 	switch {
 	case e.isPair(): // the second entry reads as free already (allocPair)
 		t.freeP = append(t.freeP, ei)
@@ -493,13 +516,74 @@ func (t *table) compact() {
 	var a arena
 	for i := uint32(0); i < t.nent; i++ {
 		e := t.at(i)
-		if !e.isFree() && e.inArena() {
+		if e.isFree() {
+			continue
+		}
+		if e.inArena() {
 			t.setKey(e, t.keyOf(e), &a)
+		}
+		if e.outKind() != 0 {
+			e.tat = a.putState(t.arena.getState(e.tat))
 		}
 	}
 	t.arena.release()
 	t.arena = a
 }
+
+// state returns e's encoded state (limit.Encode's bytes). A GCRA TAT is
+// encoded into buf; any other state aliases the table: use it before the
+// next change to the table.
+func (t *table) state(e *entry, buf []byte) []byte {
+	if e.outKind() == 0 {
+		b, _ := limit.GCRAState{TAT: e.tat}.AppendBinary(buf[:0])
+		return b
+	}
+	return t.arena.getState(e.tat)
+}
+
+// setState stores an encoded state in e, replacing whatever it held: a GCRA
+// state inline (its TAT), any other in the arena. Slices taken from the
+// table before are invalid after.
+func (t *table) setState(e *entry, enc []byte) {
+	k := limit.KindOf(enc)
+	if e.outKind() == k && k != 0 {
+		// A state of the same size (FW, SWC, an SWL log of as many
+		// entries) is rewritten in place: no garbage for the arena.
+		if old := t.arena.getState(e.tat); len(old) == len(enc) {
+			copy(old, enc)
+			return
+		}
+	}
+	t.clearState(e)
+	if k == limit.KindGCRA && len(enc) == gcraStateLen {
+		e.tat = binary.BigEndian.Uint64(enc[2:])
+		return
+	}
+	e.tat = t.arena.putState(enc)
+	e.meta |= uint64(k&metaKindMask) << metaKindShift
+	t.maybeCompact()
+}
+
+// setTAT stores a GCRA TAT in e, replacing whatever it held.
+func (t *table) setTAT(e *entry, tat uint64) {
+	if e.outKind() != 0 {
+		t.clearState(e)
+	}
+	e.tat = tat
+}
+
+// clearState forgets e's out-of-line state, if any; e then holds TAT 0.
+func (t *table) clearState(e *entry) {
+	if e.outKind() == 0 {
+		return
+	}
+	t.arena.forget(uint32(len(t.arena.getState(e.tat)) + stateLenSize))
+	e.meta &^= metaKindMask << metaKindShift
+	e.tat = 0
+}
+
+// gcraStateLen is the length of an encoded GCRA state: kind, version, TAT.
+const gcraStateLen = 10
 
 // reset drops every key.
 func (t *table) reset() {
@@ -548,6 +632,33 @@ func (a *arena) put(b []byte) uint64 {
 	a.pages[n-1] = append(p, b...)
 	a.total += len(b)
 	return uint64(n-1)<<32 | uint64(off)
+}
+
+// stateLenSize is the length prefix of a state in the arena.
+const stateLenSize = 4
+
+// putState stores an encoded state, prefixed with its length.
+func (a *arena) putState(b []byte) uint64 {
+	var pre [stateLenSize]byte
+	binary.LittleEndian.PutUint32(pre[:], uint32(len(b)))
+	n, need := len(a.pages), stateLenSize+len(b)
+	if n == 0 || len(a.pages[n-1])+need > cap(a.pages[n-1]) {
+		a.pages = append(a.pages, flatAlloc[byte](max(arenaPageSize, need))[:0])
+		n++
+	}
+	p := a.pages[n-1]
+	off := len(p)
+	a.pages[n-1] = append(append(p, pre[:]...), b...)
+	a.total += need
+	return uint64(n-1)<<32 | uint64(off)
+}
+
+// getState returns the state stored at loc by putState.
+func (a *arena) getState(loc uint64) []byte {
+	p := a.pages[loc>>32]
+	off := uint32(loc)
+	n := binary.LittleEndian.Uint32(p[off:])
+	return a.get(loc+stateLenSize, n)
 }
 
 func (a *arena) get(loc uint64, n uint32) []byte {

@@ -1,0 +1,56 @@
+package commands
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestLimitCommandTable: COMMAND INFO, DOCS and GETKEYS know the CL.LIMIT
+// family; GETKEYS finds CL.LIMIT's keys by parsing.
+func TestLimitCommandTable(t *testing.T) {
+	h := newHarness(t, Config{})
+	assert.Equal(t, "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n",
+		h.cmd("COMMAND", "GETKEYS", "CL.LIMIT", "a", "FW", "1", "60", "AND", "b", "GCRA", "1", "2", "3", "COST", "2", "AND", "c", "CAL", "5", "DAY", "TZ", "UTC", "MS"))
+	assert.Equal(t, "*2\r\n$1\r\na\r\n$1\r\nb\r\n", h.cmd("COMMAND", "GETKEYS", "CL.RESET", "a", "b"))
+	assert.Equal(t, "*1\r\n$1\r\nk\r\n", h.cmd("COMMAND", "GETKEYS", "CL.PEEK", "k", "1", "2", "3"))
+	assert.Equal(t, "*1\r\n$1\r\nk\r\n", h.cmd("COMMAND", "GETKEYS", "CL.INSPECT", "k"))
+	info := h.cmd("COMMAND", "INFO", "cl.limit", "cl.peek", "cl.reset", "cl.inspect")
+	for _, want := range []string{"$8\r\ncl.limit\r\n:-5\r\n", "movablekeys", "$7\r\ncl.peek\r\n:-1\r\n", "$8\r\ncl.reset\r\n:-2\r\n", "$10\r\ncl.inspect\r\n:2\r\n"} {
+		assert.Contains(t, info, want)
+	}
+	docs := h.cmd("COMMAND", "DOCS", "cl.limit")
+	assert.Contains(t, docs, "all or nothing")
+	assert.Equal(t, "-ERR wrong number of arguments for 'cl.limit' command\r\n", h.cmd("CL.LIMIT", "k", "FW", "10"))
+	assert.Equal(t, "-ERR wrong number of arguments for 'cl.reset' command\r\n", h.cmd("CL.RESET"))
+}
+
+// TestLimitCrossSlot: in cluster modes a CL.LIMIT's keys must share a slot;
+// without cluster mode keys on different shards are decided together.
+func TestLimitCrossSlot(t *testing.T) {
+	h := newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterEmulated, Host: "127.0.0.1", Port: 7001}})
+	assert.Equal(t, "-"+ErrCrossSlot+"\r\n", h.cmd("CL.LIMIT", "a", "FW", "1", "60", "AND", "b", "FW", "1", "60"))
+	assert.Equal(t, "-"+ErrCrossSlot+"\r\n", h.cmd("CL.RESET", "a", "b"))
+	assert.True(t, strings.HasPrefix(h.cmd("CL.LIMIT", "{u}a", "FW", "1", "60", "AND", "{u}b", "FW", "1", "60"), "*7\r\n:0\r\n"))
+
+	p := newHarness(t, Config{})
+	var a, b string // two keys on different shards of the harness's 4
+	for _, k := range []string{"k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"} {
+		if a == "" {
+			a = k
+		} else if p.srv.st.ShardOf([]byte(k)) != p.srv.st.ShardOf([]byte(a)) {
+			b = k
+			break
+		}
+	}
+	assert.NotEmpty(t, b)
+	ok := "*7\r\n:0\r\n:1\r\n:0\r\n:-1\r\n:40\r\n:1\r\n*2\r\n*5\r\n:0\r\n:1\r\n:0\r\n:-1\r\n:40\r\n*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:40\r\n"
+	got := p.do([]string{"CL.LIMIT", a, "FW", "1", "60", "AND", b, "FW", "2", "60"}, []string{"CL.LIMIT", a, "FW", "1", "60", "AND", b, "FW", "2", "60"}, []string{"CL.INSPECT", b})
+	assert.True(t, strings.HasPrefix(got, ok), got)
+	assert.Contains(t, got, "*7\r\n:1\r\n:1\r\n:0\r\n", "the second call is limited by the first limit")
+	assert.Contains(t, got, "$5\r\ncount\r\n:1\r\n", "the limited call charged nothing on the other shard")
+	assert.Equal(t, "+cl-limit\r\n", p.cmd("TYPE", a))
+	assert.Equal(t, "-"+ErrWrongType+"\r\n", p.cmd("GET", a))
+	assert.Equal(t, ":2\r\n", p.cmd("CL.RESET", a, b, a, "nokey"))
+}
