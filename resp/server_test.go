@@ -107,8 +107,12 @@ func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 		"the server must serve again once descriptors are free")
 	out := logs.String()
 	require.NotContains(t, out, "Serve returned", "the server must not stop")
-	require.Equal(t, 1, strings.Count(out, "accepting a connection failed"), "logged once per failing spell:\n%s", out)
-	require.Contains(t, out, "accepting connections again")
+	// Once per failing spell, not once per refused client: a client that
+	// closes mid-flood may end a spell and start another.
+	failed, again := strings.Count(out, "accepting a connection failed"), strings.Count(out, "accepting connections again")
+	require.GreaterOrEqual(t, failed, 1, out)
+	require.Equal(t, failed, again, "each spell is logged as it starts and ends:\n%s", out)
+	require.Less(t, failed, refused/4+1, "logged per spell, not per refused client:\n%s", out)
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
