@@ -401,7 +401,7 @@ func clusterCountKeys(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	// As Redis 7.2's clusterCommand: an integer first, then a slot.
-	slot, ok := parseRedisInt(args[2])
+	slot, ok := limit.ParseRedisInt(args[2])
 	if !ok {
 		w.WriteError(ErrNotInteger)
 		return
@@ -422,8 +422,8 @@ func clusterGetKeys(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	// As Redis 7.2's clusterCommand: two integers, then one check of both.
-	slot, ok1 := parseRedisInt(args[2])
-	n, ok2 := parseRedisInt(args[3])
+	slot, ok1 := limit.ParseRedisInt(args[2])
+	n, ok2 := limit.ParseRedisInt(args[3])
 	if !ok1 || !ok2 {
 		w.WriteError(ErrNotInteger)
 		return

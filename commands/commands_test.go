@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -155,13 +156,13 @@ func TestParseI64(t *testing.T) {
 	ok := map[string]int64{"0": 0, "-0": 0, "+0": 0, "007": 7, "-9223372036854775808": -1 << 63,
 		"9223372036854775807": 1<<63 - 1, "+15": 15, "-1": -1}
 	for s, want := range ok {
-		got, good := parseI64([]byte(s))
+		got, good := limit.ParseCellInt([]byte(s))
 		assert.True(t, good, s)
 		assert.Equal(t, want, got, s)
 	}
 	for _, s := range []string{"", "+", "-", "1.5", "1.0", "1e3", "0x10", " 1", "1 ", "--1", "+-1",
 		"9223372036854775808", "-9223372036854775809", "99999999999999999999", "\xff"} {
-		_, good := parseI64([]byte(s))
+		_, good := limit.ParseCellInt([]byte(s))
 		assert.False(t, good, "%q", s)
 	}
 }

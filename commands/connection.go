@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cellserver/cellserver/limit"
 )
 
 func registerConnection(t Table) {
@@ -60,7 +62,7 @@ func quitCmd(c *Client, w *Out, _ [][]byte) {
 
 // SELECT index
 func selectCmd(c *Client, w *Out, args [][]byte) {
-	n, ok := parseRedisInt(args[1])
+	n, ok := limit.ParseRedisInt(args[1])
 	if !ok {
 		w.WriteError(ErrNotInteger)
 		return
@@ -180,7 +182,7 @@ func helloCmd(c *Client, w *Out, args [][]byte) {
 	var ver int64 // 0: keep the connection's protocol
 	if len(args) >= 2 {
 		var ok bool
-		if ver, ok = parseRedisInt(args[1]); !ok {
+		if ver, ok = limit.ParseRedisInt(args[1]); !ok {
 			w.WriteError(ErrProtoNotInt)
 			return
 		}
@@ -326,7 +328,7 @@ func clientList(c *Client, w *Out, args [][]byte) {
 	case len(args) > 3 && strings.EqualFold(string(args[2]), "id"):
 		ids = map[int64]bool{}
 		for _, a := range args[3:] {
-			id, ok := parseRedisInt(a)
+			id, ok := limit.ParseRedisInt(a)
 			if !ok {
 				w.WriteError("ERR Invalid client ID")
 				return

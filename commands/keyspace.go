@@ -229,7 +229,7 @@ func scanCmd(c *Client, w *Out, args [][]byte) {
 		case "match":
 			pat = globPattern(args[i+1])
 		case "count":
-			n, ok := parseRedisInt(args[i+1])
+			n, ok := limit.ParseRedisInt(args[i+1])
 			if !ok {
 				w.WriteError(ErrNotInteger)
 				return

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/store"
 )
@@ -176,30 +175,7 @@ func peekQueue(c *Client, args [][]byte) string {
 
 func peekReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
 	r := ops[0].Req.(*store.PeekReq)
-	switch {
-	case r.Err == store.ErrWrongType:
-		c.srv.countError(ErrWrongType)
-		w.WriteError(ErrWrongType)
-		return
-	case r.Err != nil: // not a zero rate: ParsePeek refused that already
-		w.WriteError(ErrInternal)
-		return
-	case r.Result.Write && r.Result.Expiry == gcra.ExpireError:
-		c.srv.countError(ErrCellExpire)
-		w.WriteError(ErrCellExpire)
-		return
-	}
-	res := &r.Result
-	w.WriteArray(5)
-	if res.Limited {
-		w.WriteInt(1)
-	} else {
-		w.WriteInt(0)
-	}
-	w.WriteInt(res.Limit)
-	w.WriteInt(res.Remaining)
-	w.WriteInt(res.RetryAfter)
-	w.WriteInt(res.ResetAfter)
+	writeThrottle(c, w, r.Err, &r.Result)
 }
 
 // CL.RESET <key> [<key> ...]: every stored value is a limiter state (a

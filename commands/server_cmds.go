@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -368,7 +369,7 @@ func debugCmd(c *Client, w *Out, args [][]byte) {
 	case op == "real" && len(args) == 3:
 		clk.Real()
 	case (op == "set" || op == "advance") && len(args) == 4:
-		n, ok := parseRedisInt(args[3])
+		n, ok := limit.ParseRedisInt(args[3])
 		if !ok {
 			w.WriteError(ErrNotInteger)
 			return

@@ -166,7 +166,7 @@ func keyword(tok []byte, kw string) bool {
 // parseRange reads a Redis integer in [lo, hi]: ErrNotInteger if it is not
 // one, a *RangeError named name if it is out of range.
 func parseRange(tok []byte, name string, lo, hi int64) (int64, error) {
-	v, ok := parseRedisInt(tok)
+	v, ok := ParseRedisInt(tok)
 	if !ok {
 		return 0, ErrNotInteger
 	}
@@ -205,10 +205,10 @@ func parseLimitWindow(raw *rawLimit, ms bool) (lim uint32, w time.Duration, cost
 	return uint32(l), w, cost, err
 }
 
-// parseRedisInt parses an integer the way Redis does (string2ll): an
+// ParseRedisInt parses an integer the way Redis does (string2ll): an
 // optional '-', no '+', no leading zeros ("0" itself is fine), no spaces,
 // at most 20 bytes, within the int64 range.
-func parseRedisInt(b []byte) (int64, bool) {
+func ParseRedisInt(b []byte) (int64, bool) {
 	if len(b) == 0 || len(b) > 20 {
 		return 0, false
 	}
@@ -267,7 +267,7 @@ func ParsePeek(argv [][]byte) (key []byte, p gcra.Params, err error) {
 	p.Quantity = 1
 	fields := [...]*int64{&p.MaxBurst, &p.Count, &p.Period, &p.Quantity}
 	for i, a := range argv[2:] {
-		n, ok := parseCellInt(a)
+		n, ok := ParseCellInt(a)
 		if !ok {
 			return nil, p, &CellParseError{Arg: string(a)}
 		}
@@ -279,9 +279,9 @@ func ParsePeek(argv [][]byte) (key []byte, p gcra.Params, err error) {
 	return argv[1], p, nil
 }
 
-// parseCellInt parses a number as redis-cell does (Rust's i64::from_str):
+// ParseCellInt parses a number as redis-cell does (Rust's i64::from_str):
 // an optional single '+' or '-', then ASCII digits, leading zeros allowed.
-func parseCellInt(b []byte) (int64, bool) {
+func ParseCellInt(b []byte) (int64, bool) {
 	neg := false
 	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
 		neg = b[0] == '-'

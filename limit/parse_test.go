@@ -130,12 +130,12 @@ func TestParseLimitCall(t *testing.T) {
 func TestParseRedisInt(t *testing.T) {
 	good := map[string]int64{"0": 0, "1": 1, "-1": -1, "9223372036854775807": 1<<63 - 1, "-9223372036854775808": -1 << 63}
 	for s, v := range good {
-		got, ok := parseRedisInt([]byte(s))
+		got, ok := ParseRedisInt([]byte(s))
 		assert.True(t, ok, s)
 		assert.Equal(t, v, got, s)
 	}
 	for _, s := range []string{"", "-", "+1", "01", "-0", "00", " 1", "1 ", "1.0", "1e3", "0x10", "9223372036854775808", "-9223372036854775809", "123456789012345678901"} {
-		_, ok := parseRedisInt([]byte(s))
+		_, ok := ParseRedisInt([]byte(s))
 		assert.False(t, ok, s)
 	}
 }

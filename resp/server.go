@@ -441,7 +441,9 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 	if s.closing.Load() && !c.busy {
 		return gnet.Close // shutting down: no new commands
 	}
-	c.lastIO.Store(s.now.Load())
+	if now := s.now.Load(); c.lastIO.Load() != now {
+		c.lastIO.Store(now) // the clock moves every 100 ms; most reads see the same
+	}
 	s.exec.CountNet(len(data), 0)
 	// Parse in place when nothing is carried over (the common case);
 	// otherwise append to the unfinished request first.
@@ -715,7 +717,9 @@ func (s *Server) outputOK(gc gnet.Conn, c *conn) bool {
 		return false
 	}
 	if s.cfg.OutputSoft <= 0 || waiting <= s.cfg.OutputSoft {
-		c.softSince.Store(0)
+		if c.softSince.Load() != 0 { // a store per flush would dirty the line for the sweeper
+			c.softSince.Store(0)
+		}
 		return true
 	}
 	now := s.now.Load()

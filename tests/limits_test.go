@@ -101,10 +101,10 @@ func TestConnectionFloodUnderLowFDLimit(t *testing.T) {
 	require.GreaterOrEqual(t, serverInfoInt(t, s, "stats", "rejected_connections"), int64(flood-maxClients))
 }
 
-// existsRequest is EXISTS with n one-byte keys.
-func existsRequest(n int) []byte {
+// manyKeysRequest is cmd (EXISTS, DEL) with n one-byte keys.
+func manyKeysRequest(cmd string, n int) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "*%d\r\n$6\r\nEXISTS\r\n", n+1)
+	fmt.Fprintf(&b, "*%d\r\n$%d\r\n%s\r\n", n+1, len(cmd), cmd)
 	for i := 0; i < n; i++ {
 		b.WriteString("$1\r\nk\r\n")
 	}
@@ -155,7 +155,7 @@ func TestParserIsLinear(t *testing.T) {
 	s, err := tryStartServerVia(t, []string{"env", "GOGC=100"}, "127.0.0.1", []string{"--in-memory"})
 	require.NoError(t, err)
 	pid := s.cmd.Process.Pid
-	small, big := existsRequest(1<<20), existsRequest(4<<20)
+	small, big := manyKeysRequest("EXISTS", 1<<20), manyKeysRequest("EXISTS", 4<<20)
 	// The least of three runs each.
 	best := func(req []byte, mid func()) time.Duration {
 		var d time.Duration
@@ -336,17 +336,6 @@ func TestLargeArgumentMemory(t *testing.T) {
 
 var _ = context.Background
 
-// delManyRequest is DEL with n one-byte keys: under --fsync always it runs
-// off the event loop (a write) and keeps its connection busy a while.
-func delManyRequest(n int) []byte {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "*%d\r\n$3\r\nDEL\r\n", n+1)
-	for i := 0; i < n; i++ {
-		b.WriteString("$1\r\nk\r\n")
-	}
-	return b.Bytes()
-}
-
 // TestDetachedPipelineOfManyLargeReplies: a pipeline run off the event loop
 // whose replies are hundreds of large ECHOs (each referenced, not copied)
 // gets all of them: one writev takes at most 1024 pieces.
@@ -359,7 +348,7 @@ func TestDetachedPipelineOfManyLargeReplies(t *testing.T) {
 	_ = nc.SetDeadline(time.Now().Add(time.Minute))
 	big := bytes.Repeat([]byte("e"), 64<<10)
 	var req bytes.Buffer
-	req.Write(delManyRequest(1 << 20)) // keeps the connection busy
+	req.Write(manyKeysRequest("DEL", 1<<20)) // under --fsync always it runs off the loop, keeping the connection busy
 	const echoes = 600
 	for i := 0; i < echoes; i++ {
 		fmt.Fprintf(&req, "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", len(big), big)
@@ -391,7 +380,7 @@ func TestShutdownAnswersDetachedPipeline(t *testing.T) {
 	require.NoError(t, err)
 	defer nc.Close()
 	_ = nc.SetDeadline(time.Now().Add(time.Minute))
-	go func() { _, _ = nc.Write(delManyRequest(1 << 20)) }()
+	go func() { _, _ = nc.Write(manyKeysRequest("DEL", 1<<20)) }()
 	watch := s.Raw(t)
 	require.Eventually(t, func() bool {
 		return strings.Contains(string(watch.DoArgs("CLIENT", "LIST")), "cmd=del")
