@@ -1,0 +1,54 @@
+package store
+
+import "github.com/cellserver/cellserver/gcra"
+
+// PeekReq is CL.PEEK: CL.THROTTLE's decision on a GCRA key at this instant,
+// written nowhere (no key created, no value or TTL changed, nothing
+// recorded for persistence).
+type PeekReq struct {
+	Key    []byte
+	Params gcra.Params
+	Result gcra.Result // out
+	Err    error       // out: ErrWrongType for a key of another kind, or gcra's
+}
+
+func (r *PeekReq) run(sh *shard, now int64) {
+	r.Err = nil
+	h := sh.t.hash(r.Key)
+	ei := sh.find(r.Key, h, floorMs(now))
+	var tat uint64
+	if ei >= 0 {
+		e := sh.t.at(uint32(ei))
+		if e.outKind() != 0 {
+			r.Err = ErrWrongType
+			return
+		}
+		tat = e.tat
+	}
+	r.Result, r.Err = gcra.Throttle(r.Params, tat, ei >= 0, now)
+}
+
+// InspectReq is CL.INSPECT: a copy of a key's encoded state and its PTTL.
+type InspectReq struct {
+	Key   []byte
+	Found bool   // out
+	State []byte // out: limit.Encode's bytes (a copy)
+	PTTL  int64  // out: -1 no expiry, else ms left
+}
+
+func (r *InspectReq) run(sh *shard, now int64) {
+	nowMs := floorMs(now)
+	h := sh.t.hash(r.Key)
+	ei := sh.find(r.Key, h, nowMs)
+	r.Found = ei >= 0
+	r.State = r.State[:0]
+	if !r.Found {
+		return
+	}
+	e := sh.t.at(uint32(ei))
+	r.State = append(r.State, sh.t.state(e, nil)...)
+	r.PTTL = -1
+	if e.exp() != noExpiry {
+		r.PTTL = e.exp() - nowMs
+	}
+}
