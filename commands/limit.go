@@ -10,13 +10,15 @@ import (
 
 // The CL.LIMIT family (shared/spec/cl-limit.md): grammar and error texts
 // come from package limit, the decision runs on the keys' shard as a typed
-// store request (store.LimitReq), or across shards with store.RunHeld.
+// store request (store.LimitReq), or, when its keys live on several
+// shards, as a held request with every one of those shards parked
+// (store.Session.AddHeld).
 func registerLimit(t Table) {
 	t.add(
 		&Command{Name: "cl.limit", Arity: -5, Flags: []string{"write", "movablekeys"},
 			FirstKey: 1, LastKey: 1, Step: 1, Keys: limitKeys,
 			Group: "module", Summary: "Checks and charges 1-16 limits (GCRA, FW, SWC, SWL, CAL) all or nothing.", Since: "0.2.0",
-			Queue: limitQueue, Reply: limitReply, Alone: limitAlone},
+			Queue: limitQueue, Reply: limitReply},
 		&Command{Name: "cl.peek", Arity: -1, Flags: []string{"readonly", "fast"},
 			FirstKey: 1, LastKey: 1, Step: 1,
 			Group: "module", Summary: "Replies what CL.THROTTLE would, writing nothing.", Since: "0.2.0",
@@ -31,11 +33,6 @@ func registerLimit(t Table) {
 			Queue: inspectQueue, Reply: inspectReply},
 	)
 }
-
-// runAlone is what a Queue handler returns to have its call run on its
-// own through the command's Alone handler, after the calls queued before
-// it are done (a CL.LIMIT whose keys live on several shards).
-const runAlone = "\x00alone"
 
 var limitReqs = sync.Pool{New: func() any { return new(store.LimitReq) }}
 
@@ -79,39 +76,24 @@ func limitQueue(c *Client, args [][]byte) string {
 	if e != "" {
 		return e
 	}
-	st := c.srv.st
-	sh := st.ShardOf(call.Limits[0].Key)
-	for _, s := range call.Limits[1:] {
-		if st.ShardOf(s.Key) != sh {
-			return runAlone
-		}
-	}
 	r := limitReqs.Get().(*store.LimitReq)
 	r.Call = call
 	op := c.NewOp()
 	op.Kind, op.Req = store.OpReq, r
+	st := c.srv.st
+	sh := st.ShardOf(call.Limits[0].Key)
+	for _, s := range call.Limits[1:] {
+		if st.ShardOf(s.Key) != sh {
+			c.sess.AddHeld(op)
+			return ""
+		}
+	}
 	c.QueueTo(sh, op)
 	return ""
 }
 
 func limitReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
 	r := ops[0].Req.(*store.LimitReq)
-	writeLimit(c, w, r)
-	r.Call = limit.Call{}
-	limitReqs.Put(r)
-}
-
-// limitAlone runs a CL.LIMIT whose keys live on several shards, all or
-// nothing and isolated (store.RunHeld).
-func limitAlone(c *Client, w *Out, args [][]byte) {
-	call, e := c.parseLimit(args)
-	if e != "" {
-		w.WriteError(e)
-		return
-	}
-	r := limitReqs.Get().(*store.LimitReq)
-	r.Call = call
-	c.srv.st.RunHeld(r)
 	writeLimit(c, w, r)
 	r.Call = limit.Call{}
 	limitReqs.Put(r)

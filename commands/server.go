@@ -523,19 +523,15 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if cmd.Queue != nil && run == nil {
 		from := c.nops
 		e := s.queue(cmd, c, args)
-		if e == runAlone && cmd.Alone != nil {
-			run = cmd.Alone // counted below, as a Run command
-		} else {
-			st.calls.Add(1)
-			if e != "" {
-				// The handler queued nothing on error (contract), but be safe.
-				c.slots = append(c.slots, slot{cmd: cmd, err: e})
-				st.failed.Add(1)
-				return
-			}
-			c.slots = append(c.slots, slot{cmd: cmd, args: args, from: from, to: c.nops})
+		st.calls.Add(1)
+		if e != "" {
+			// The handler queued nothing on error (contract), but be safe.
+			c.slots = append(c.slots, slot{cmd: cmd, err: e})
+			st.failed.Add(1)
 			return
 		}
+		c.slots = append(c.slots, slot{cmd: cmd, args: args, from: from, to: c.nops})
+		return
 	}
 	s.finish(c, out)
 	start := time.Now()

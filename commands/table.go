@@ -47,10 +47,6 @@ type Command struct {
 	// than maxKeptOps arguments: in chunks of keys, so that a command naming
 	// millions of keys does not hold an op for each at once.
 	Many func(c *Client, w *Out, args [][]byte)
-	// Alone, if set, runs a call whose Queue handler returned runAlone: on
-	// its own, after the calls queued before it are done, like a Run
-	// handler (a CL.LIMIT whose keys live on several shards).
-	Alone func(c *Client, w *Out, args [][]byte)
 	// Keys, if set, finds the key arguments by parsing (a movablekeys
 	// command): COMMAND GETKEYS and cluster routing use it instead of
 	// FirstKey, LastKey and Step.

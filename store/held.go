@@ -1,58 +1,137 @@
 package store
 
 import (
+	"sort"
 	"sync"
-
-	"github.com/cellserver/cellserver/limit"
 )
 
-// hold is a control batch that parks a shard's goroutine: the shard
-// signals held, waits for release, then hands the changes made meanwhile
-// to persistence and calls wg.Done (under FsyncAlways once they are
-// synced), like the end of a request batch.
+// HeldRequest is a request whose keys may live on several shards and that
+// must still be atomic and isolated: a CL.LIMIT naming keys of different
+// shards, later a MULTI/EXEC. A Session runs it with every shard it names
+// parked (see Session.AddHeld), so its implementations read and write the
+// shards' tables from the session's goroutine as if they were their owner.
+type HeldRequest interface {
+	Request
+	// Shards appends the shards of the request's keys to dst, ascending,
+	// without repeats.
+	Shards(st *Store, dst []int) []int
+	// runHeld runs the request at now; shardOf gives each key's shard,
+	// which is parked for the call.
+	runHeld(shardOf func(key []byte) *shard, now int64)
+}
+
+// addShard inserts shard i into the ascending, repeat-free list dst.
+func addShard(dst []int, i int) []int {
+	j := sort.SearchInts(dst, i)
+	if j == len(dst) || dst[j] != i {
+		dst = append(dst, 0)
+		copy(dst[j+1:], dst[j:])
+		dst[j] = i
+	}
+	return dst
+}
+
+// hold is what a ctlHold batch carries: the shard signals held, waits for
+// release, then hands the changes made meanwhile to persistence and calls
+// wg.Done (under FsyncAlways once they are synced), like the end of a
+// request batch. A Session keeps one and reuses it: release gets one value
+// per parked shard rather than being closed.
 type hold struct {
 	held    chan struct{}
 	release chan struct{}
+	batches []batch
+	ids     []int
+	wg      sync.WaitGroup
 }
 
-// RunHeld runs r, whose keys may live on several shards, atomically: it
-// parks every involved shard's goroutine, in ascending shard order (two
-// calls never wait on each other in a cycle, so they cannot deadlock),
-// reads the clock once all are held, decides and charges on this
-// goroutine, then lets them go, and returns once every change is as
-// durable as a request batch's. Requests on one shard never pay for this:
-// they go through a Session as an OpReq.
-func (s *Store) RunHeld(r *LimitReq) {
-	var buf [limit.MaxLimits]int
-	ids := r.Shards(s, buf[:0])
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		r.Err = ErrClosed
+func newHold(shards int) *hold {
+	return &hold{
+		held:    make(chan struct{}, 1),
+		release: make(chan struct{}, shards),
+		batches: make([]batch, shards),
+	}
+}
+
+// AddHeld queues a request whose keys may live on several shards. The
+// session keeps the order of everything it is given: ops added before it
+// run before it, ops added after it run after it. So when it follows
+// ordinary ops, those are run first, at once; consecutive held requests
+// then run together at the next boundary or Run, under one hold of every
+// shard any of them names. That is what makes a pipeline of cross-shard
+// calls cost one hold, not one each; pipelines of single-shard ops never
+// reach this code.
+func (ss *Session) AddHeld(op *Op) {
+	op.Err = nil
+	if len(ss.touched) > 0 {
+		ss.runBatches()
+	}
+	ss.held = append(ss.held, op)
+}
+
+// runHeld runs the queued held requests: it parks every shard they name,
+// in ascending shard order (two sessions never wait on each other in a
+// cycle, so they cannot deadlock), reads the clock once all are held, runs
+// the requests in order on this goroutine, lets the shards go and returns
+// once every change is as durable as a request batch's.
+func (ss *Session) runHeld() {
+	st := ss.st
+	if ss.hold == nil {
+		ss.hold = newHold(len(st.shards))
+	}
+	h := ss.hold
+	h.ids = h.ids[:0]
+	for _, op := range ss.held {
+		h.ids = op.Req.(HeldRequest).Shards(st, h.ids)
+	}
+	st.mu.RLock()
+	if st.closed {
+		st.mu.RUnlock()
+		for _, op := range ss.held {
+			op.Err = ErrClosed
+		}
+		ss.resetHeld()
 		return
 	}
-	var wg sync.WaitGroup
-	h := &hold{held: make(chan struct{}, 1), release: make(chan struct{})}
-	bs := make([]batch, len(ids))
-	for i, id := range ids {
-		bs[i] = batch{wg: &wg, ctl: ctlHold, hold: h}
-		wg.Add(1)
-		s.shards[id].in <- &bs[i]
+	for _, id := range h.ids {
+		b := &h.batches[id]
+		*b = batch{wg: &h.wg, ctl: ctlHold, hold: h}
+		h.wg.Add(1)
+		st.shards[id].in <- b
 		<-h.held
 	}
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				r.Err = ErrPanic
-			}
-		}()
-		r.decide(func(key []byte) *shard { return s.shards[s.ShardOf(key)] }, s.cfg.Clock.Now())
-	}()
-	close(h.release)
-	wg.Wait()
+	now := st.cfg.Clock.Now()
+	shardOf := func(key []byte) *shard { return st.shards[st.ShardOf(key)] }
+	for _, op := range ss.held {
+		runHeldOne(op, shardOf, now)
+	}
+	for range h.ids {
+		h.release <- struct{}{}
+	}
+	h.wg.Wait()
+	st.mu.RUnlock()
+	ss.resetHeld()
 }
 
-// runHold is the shard's side of RunHeld.
+// runHeldOne runs one held request; a panic fails it alone, as a panic in
+// a shard's op fails that op alone.
+func runHeldOne(op *Op, shardOf func(key []byte) *shard, now int64) {
+	defer func() {
+		if p := recover(); p != nil {
+			op.Err = ErrPanic
+		}
+	}()
+	op.Req.(HeldRequest).runHeld(shardOf, now)
+}
+
+func (ss *Session) resetHeld() {
+	clear(ss.held)
+	if cap(ss.held) > maxKeptPending {
+		ss.held = nil
+	}
+	ss.held = ss.held[:0]
+}
+
+// runHold is the shard's side of a hold.
 func (sh *shard) runHold(b *batch) {
 	b.hold.held <- struct{}{}
 	<-b.hold.release

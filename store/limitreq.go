@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"sort"
 
 	"github.com/cellserver/cellserver/limit"
 )
@@ -13,7 +12,7 @@ import (
 // request can see into. Fill Call; read Decision, Results and Err after it
 // ran. A LimitReq whose keys all live on one shard is an ordinary typed
 // request (an OpReq op on that shard, see Shards); one whose keys live on
-// several shards runs with Store.RunHeld. It holds no reference into the
+// several shards is a HeldRequest (Session.AddHeld). It holds no reference into the
 // store afterwards and can be reused.
 type LimitReq struct {
 	Call limit.Call // parsed by limit.ParseLimit
@@ -33,15 +32,13 @@ type LimitReq struct {
 // repeats, appended to dst.
 func (r *LimitReq) Shards(st *Store, dst []int) []int {
 	for _, s := range r.Call.Limits {
-		i := st.ShardOf(s.Key)
-		j := sort.SearchInts(dst, i)
-		if j == len(dst) || dst[j] != i {
-			dst = append(dst, 0)
-			copy(dst[j+1:], dst[j:])
-			dst[j] = i
-		}
+		dst = addShard(dst, st.ShardOf(s.Key))
 	}
 	return dst
+}
+
+func (r *LimitReq) runHeld(shardOf func(key []byte) *shard, now int64) {
+	r.decide(shardOf, now)
 }
 
 func (r *LimitReq) run(sh *shard, now int64) {
@@ -49,7 +46,7 @@ func (r *LimitReq) run(sh *shard, now int64) {
 }
 
 // decide runs the call at now; shardOf gives each key's shard, whose
-// goroutine is this one or is held (RunHeld).
+// goroutine is this one or is parked (Session.AddHeld).
 func (r *LimitReq) decide(shardOf func(key []byte) *shard, now int64) {
 	r.Err = nil
 	specs := r.Call.Limits

@@ -367,6 +367,8 @@ type Session struct {
 	touched []int
 	batches []batch
 	wg      sync.WaitGroup
+	held    []*Op // AddHeld's requests, not run yet
+	hold    *hold // reused by runHeld; nil until the first
 }
 
 type batch struct {
@@ -393,6 +395,9 @@ func (ss *Session) Add(op *Op) {
 // AddTo queues op on the given shard (used for shard-wide ops).
 func (ss *Session) AddTo(shard int, op *Op) {
 	op.Err = nil
+	if len(ss.held) > 0 {
+		ss.runHeld() // they were added first, so they run first
+	}
 	if len(ss.pending[shard]) == 0 {
 		ss.touched = append(ss.touched, shard)
 	}
@@ -402,6 +407,14 @@ func (ss *Session) AddTo(shard int, op *Op) {
 // Run executes every queued op, each shard's ops in the order they were
 // added, and returns when all are done.
 func (ss *Session) Run() {
+	if len(ss.held) > 0 {
+		ss.runHeld() // never both: AddHeld ran the ops added before
+	}
+	ss.runBatches()
+}
+
+// runBatches sends each touched shard its batch and waits for all.
+func (ss *Session) runBatches() {
 	if len(ss.touched) == 0 {
 		return
 	}

@@ -17,7 +17,7 @@ import (
 // TestLimitAtomicAcrossShards: many clients run overlapping CL.LIMIT calls
 // of one to three keys without hash tags (so on different shards), under a
 // frozen clock inside one window, some with PEEK, mixed with pipelines of
-// single-key calls. Every key's final count must equal the admitted calls
+// single-key calls, in pipelines. Every key's final count must equal the admitted calls
 // that named it (all or nothing) and never exceed its limit (isolation:
 // no call decided on a state another call was changing).
 func TestLimitAtomicAcrossShards(t *testing.T) {
@@ -30,8 +30,8 @@ func TestLimitAtomicAcrossShards(t *testing.T) {
 	keys := []string{"ka", "kb", "kc", "kd", "ke", "kf", "kg"}
 	const (
 		workers = 12
-		calls   = 150
-		limit   = 380
+		calls   = 100
+		limit   = 500
 	)
 	type tally struct{ admitted map[string]int }
 	tallies := make([]tally, workers)
@@ -45,38 +45,51 @@ func TestLimitAtomicAcrossShards(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for range calls {
-				n := 1 + rng.IntN(3)
-				perm := rng.Perm(len(keys))[:n]
-				args := []any{"CL.LIMIT"}
-				for i, k := range perm {
-					if i > 0 {
-						args = append(args, "AND")
-					}
-					args = append(args, keys[k], "FW", limit, 3600)
+				// Pipelines of one to four calls, mixing cross-shard calls
+				// (which run under one hold when consecutive) with
+				// single-shard ones and an INSPECT.
+				type call struct {
+					cmd  *redis.Cmd
+					keys []int
+					peek bool
 				}
-				peek := rng.IntN(5) == 0
-				if peek {
-					args = append(args, "PEEK")
-				}
-				// Pipelines of two: a single-shard call beside the atomic one.
-				var cmd *redis.Cmd
+				var cs []call
 				_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-					cmd = p.Do(ctx, args...)
-					p.Do(ctx, "CL.INSPECT", keys[rng.IntN(len(keys))])
+					for range 1 + rng.IntN(4) {
+						n := 1 + rng.IntN(3)
+						perm := rng.Perm(len(keys))[:n]
+						args := []any{"CL.LIMIT"}
+						for i, k := range perm {
+							if i > 0 {
+								args = append(args, "AND")
+							}
+							args = append(args, keys[k], "FW", limit, 3600)
+						}
+						peek := rng.IntN(5) == 0
+						if peek {
+							args = append(args, "PEEK")
+						}
+						cs = append(cs, call{p.Do(ctx, args...), perm, peek})
+						if rng.IntN(3) == 0 {
+							p.Do(ctx, "CL.INSPECT", keys[rng.IntN(len(keys))])
+						}
+					}
 					return nil
 				})
 				if err != nil && !errors.Is(err, redis.Nil) {
 					errs <- err
 					return
 				}
-				v, err := cmd.Slice()
-				if err != nil {
-					errs <- err
-					return
-				}
-				if v[0].(int64) == 0 && !peek {
-					for _, k := range perm {
-						tallies[w].admitted[keys[k]]++
+				for _, c := range cs {
+					v, err := c.cmd.Slice()
+					if err != nil {
+						errs <- err
+						return
+					}
+					if v[0].(int64) == 0 && !c.peek {
+						for _, k := range c.keys {
+							tallies[w].admitted[keys[k]]++
+						}
 					}
 				}
 			}
@@ -113,4 +126,48 @@ func TestLimitAtomicAcrossShards(t *testing.T) {
 		shards[cluster.KeySlot([]byte(k))*4/cluster.SlotCount] = true
 	}
 	assert.GreaterOrEqual(t, len(shards), 3, "keys on %d shards", len(shards))
+}
+
+// TestLimitPipelineKeepsOrderAcrossShards: one connection's pipeline runs
+// in request order even when cross-shard calls (run under a hold of both
+// shards) and single-shard calls on the same keys alternate, so each call
+// sees exactly the charges of the calls sent before it.
+func TestLimitPipelineKeepsOrderAcrossShards(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--shards", "4", "--in-memory")
+	ctx := ctxT(t, 30*time.Second)
+	rdb := s.Client(t, func(o *redis.Options) { o.PoolSize = 1; o.Protocol = 2 })
+	// ka and kc live on different shards of four.
+	require.NotEqual(t, cluster.KeySlot([]byte("ka"))*4/cluster.SlotCount, cluster.KeySlot([]byte("kc"))*4/cluster.SlotCount)
+	one := []any{"CL.LIMIT", "ka", "FW", 10, 3600}
+	both := []any{"CL.LIMIT", "ka", "FW", 10, 3600, "AND", "kc", "FW", 10, 3600}
+	seq := [][]any{one, both, both, one, one, both, {"CL.RESET", "kc"}, both, one, both}
+	var cmds []*redis.Cmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, a := range seq {
+			cmds = append(cmds, p.Do(ctx, a...))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	var ka, kc int64 = 10, 10
+	for i, a := range seq {
+		switch {
+		case a[0] == "CL.RESET":
+			kc = 10
+			continue
+		case len(a) == 5:
+			ka--
+		default:
+			ka--
+			kc--
+		}
+		v, err := cmds[i].Slice()
+		require.NoError(t, err, "call %d", i)
+		per := v[6].([]any)
+		assert.Equal(t, ka, per[0].([]any)[2], "call %d: ka's remaining", i)
+		if len(a) > 5 {
+			assert.Equal(t, kc, per[1].([]any)[2], "call %d: kc's remaining", i)
+		}
+	}
 }
