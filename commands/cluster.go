@@ -85,50 +85,44 @@ func (s *Server) clusterOn() bool { return s.cfg.Cluster.Mode != ClusterNo }
 
 // route checks that a keyed command's keys share one slot that this node
 // serves, returning the error reply otherwise (CROSSSLOT, MOVED, CLUSTERDOWN).
-// As Redis's getNodeByQuery, the first key's slot must be served before the
-// other keys are compared with it: with no owner it is CLUSTERDOWN, whatever
-// the other keys' slots.
+// The rule is the service's (service.Service.Route), the one every front
+// end uses; this gathers the command's keys and words the refusal.
 func (s *Server) route(cmd *Command, args [][]byte) string {
-	last := cmd.LastKey
-	if last < 0 {
-		last += len(args)
-	}
-	emulated := s.cfg.Cluster.Mode == ClusterEmulated
-	t := s.topo.Load()
-	slot, sh := -1, 0
-	keys, step := args, cmd.Step
+	var buf [16][]byte
+	keys := buf[:0]
 	if cmd.Keys != nil {
-		keys, step, last = append([][]byte{nil}, cmd.Keys(args)...), 1, -1
-		last += len(keys)
-	}
-	for i := cmd.FirstKey; i <= last && i < len(keys); i += step {
-		sl := cluster.KeySlot(keys[i])
-		switch {
-		case slot < 0:
-			slot = sl
-			if emulated {
-				continue
-			}
-			ok := false
-			if t != nil {
-				sh, ok = t.Owner(slot)
-			}
-			if !ok {
-				return ErrClusterDown
-			}
-		case sl != slot:
-			return ErrCrossSlot
+		keys = cmd.Keys(args)
+	} else {
+		last := cmd.LastKey
+		if last < 0 {
+			last += len(args)
+		}
+		for i := cmd.FirstKey; i <= last && i < len(args); i += cmd.Step {
+			keys = append(keys, args[i])
 		}
 	}
-	if slot < 0 || emulated {
-		return ""
+	return s.refusal(s.svc.Route(keys))
+}
+
+// Locate is service.Slots: where the topology says slot is served. In the
+// emulated mode this node serves every slot.
+func (s *Server) Locate(slot int) (addr string, local, known bool) {
+	if s.cfg.Cluster.Mode == ClusterEmulated {
+		return "", true, true
+	}
+	t := s.topo.Load()
+	if t == nil {
+		return "", false, false
+	}
+	sh, ok := t.Owner(slot)
+	if !ok {
+		return "", false, false
 	}
 	p := t.Shards[sh].Primary
 	if p.ID == s.myID {
-		return ""
+		return "", true, true
 	}
-	s.stats.moved.Add(1)
-	return "MOVED " + strconv.Itoa(slot) + " " + p.Addr()
+	return p.Addr(), false, true
 }
 
 func registerCluster(t Table) {

@@ -1,40 +1,33 @@
 package commands
 
 import (
-	"errors"
-	"sync"
-
 	"github.com/cellserver/cellserver/limit"
-	"github.com/cellserver/cellserver/store"
+	"github.com/cellserver/cellserver/service"
 )
 
 // The CL.LIMIT family (shared/spec/cl-limit.md): grammar and error texts
-// come from package limit, the decision runs on the keys' shard as a typed
-// store request (store.LimitReq), or, when its keys live on several
-// shards, as a held request with every one of those shards parked
-// (store.Session.AddHeld).
+// come from package limit, the decisions from the decision API (package
+// service), which runs each call atomically wherever its keys live.
 func registerLimit(t Table) {
 	t.add(
 		&Command{Name: "cl.limit", Arity: -5, Flags: []string{"write", "movablekeys"},
 			FirstKey: 1, LastKey: 1, Step: 1, Keys: limitKeys,
 			Group: "module", Summary: "Checks and charges 1-16 limits (GCRA, FW, SWC, SWL, CAL) all or nothing.", Since: "0.2.0",
-			Queue: limitQueue, Reply: limitReply},
+			Call: limitCall, Answer: limitAnswer},
 		&Command{Name: "cl.peek", Arity: -1, Flags: []string{"readonly", "fast"},
 			FirstKey: 1, LastKey: 1, Step: 1,
 			Group: "module", Summary: "Replies what CL.THROTTLE would, writing nothing.", Since: "0.2.0",
-			Queue: peekQueue, Reply: peekReply},
+			Call: peekCall, Answer: throttleAnswer},
 		&Command{Name: "cl.reset", Arity: -2, Flags: []string{"write"},
 			FirstKey: 1, LastKey: -1, Step: 1,
 			Group: "module", Summary: "Removes the limiter state of keys.", Since: "0.2.0",
-			Queue: resetQueue, Reply: sumReply},
+			Call: resetCall, Answer: resetAnswer},
 		&Command{Name: "cl.inspect", Arity: 2, Flags: []string{"readonly"},
 			FirstKey: 1, LastKey: 1, Step: 1,
 			Group: "module", Summary: "Shows a key's limiter state.", Since: "0.2.0",
-			Queue: inspectQueue, Reply: inspectReply},
+			Call: inspectCall, Answer: inspectAnswer},
 	)
 }
-
-var limitReqs = sync.Pool{New: func() any { return new(store.LimitReq) }}
 
 // limitKeys is CL.LIMIT's key finder (COMMAND GETKEYS, cluster routing):
 // the key of every limit; an unparsable call gives its first argument, so
@@ -54,73 +47,29 @@ func limitKeys(argv [][]byte) [][]byte {
 	return keys
 }
 
-// parseLimit parses a CL.LIMIT call and checks its keys' lengths.
-func (c *Client) parseLimit(args [][]byte) (limit.Call, string) {
+// CL.LIMIT <key> <TYPE> <args> [COST n] [TZ zone] [AND <key> ...] [PEEK] [MS]
+func limitCall(c *Client, args [][]byte) (service.Call, string) {
 	call, err := limit.ParseLimit(args)
 	if err != nil {
-		return call, err.Error()
+		return nil, err.Error()
 	}
-	if m := c.srv.cfg.MaxKeyBytes; m > 0 {
-		for _, s := range call.Limits {
-			if len(s.Key) > m {
-				return call, ErrKeyTooLong
-			}
-		}
-	}
-	return call, ""
+	l := c.calls.limits.get()
+	l.Call = call
+	return l, ""
 }
 
-// CL.LIMIT <key> <TYPE> <args> [COST n] [TZ zone] [AND <key> ...] [PEEK] [MS]
-func limitQueue(c *Client, args [][]byte) string {
-	call, e := c.parseLimit(args)
-	if e != "" {
-		return e
-	}
-	r := limitReqs.Get().(*store.LimitReq)
-	r.Call = call
-	op := c.NewOp()
-	op.Kind, op.Req = store.OpReq, r
-	st := c.srv.st
-	sh := st.ShardOf(call.Limits[0].Key)
-	for _, s := range call.Limits[1:] {
-		if st.ShardOf(s.Key) != sh {
-			c.sess.AddHeld(op)
-			return ""
-		}
-	}
-	c.QueueTo(sh, op)
-	return ""
-}
-
-func limitReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	r := ops[0].Req.(*store.LimitReq)
-	writeLimit(c, w, r)
-	r.Call = limit.Call{}
-	limitReqs.Put(r)
-}
-
-// writeLimit writes CL.LIMIT's 7-element reply, or its error.
-func writeLimit(c *Client, w *Out, r *store.LimitReq) {
-	switch {
-	case r.Err == store.ErrWrongType:
-		c.srv.countError(ErrWrongType)
-		w.WriteError(ErrWrongType)
-		return
-	case errors.Is(r.Err, store.ErrClosed):
-		w.WriteError(ErrShuttingDown)
-		return
-	case r.Err != nil:
-		w.WriteError(ErrInternal)
-		return
-	}
+// limitAnswer writes CL.LIMIT's 7-element reply.
+func limitAnswer(_ *Client, w *Out, call service.Call) {
+	l := call.(*service.Limit)
 	w.WriteArray(7)
-	writeR5Fields(w, r.Decision.R5)
-	w.WriteInt(int64(r.Decision.Index))
-	n := len(r.Call.Limits)
-	w.WriteArray(n)
-	for i := range n {
-		writeR5(w, r.Results[i].R5)
+	writeR5Fields(w, l.Decision.R5)
+	w.WriteInt(int64(l.Decision.Index))
+	rs := l.Results()
+	w.WriteArray(len(rs))
+	for i := range rs {
+		writeR5(w, rs[i].R5)
 	}
+	l.Call = limit.Call{}
 }
 
 // writeR5 writes one limit's [limited, limit, remaining, retry_after,
@@ -144,61 +93,52 @@ func writeR5Fields(w *Out, r limit.R5) {
 }
 
 // CL.PEEK <key> <max_burst> <count per period> <period> [<quantity>]
-func peekQueue(c *Client, args [][]byte) string {
+func peekCall(c *Client, args [][]byte) (service.Call, string) {
 	key, p, err := limit.ParsePeek(args)
 	if err != nil {
-		return err.Error()
+		return nil, err.Error()
 	}
-	op := c.NewOp()
-	op.Kind, op.Req = store.OpReq, &store.PeekReq{Key: key, Params: p}
-	c.QueueTo(c.srv.st.ShardOf(key), op)
-	return ""
-}
-
-func peekReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	r := ops[0].Req.(*store.PeekReq)
-	writeThrottle(c, w, r.Err, &r.Result)
+	t := c.calls.throttles.get()
+	*t = service.Throttle{Key: key, Params: p, Peek: true}
+	return t, ""
 }
 
 // CL.RESET <key> [<key> ...]: every stored value is a limiter state (a
 // GCRA TAT or a cl-limit state), so it removes each live key named, once.
-func resetQueue(c *Client, args [][]byte) string {
+func resetCall(c *Client, args [][]byte) (service.Call, string) {
 	keys, err := limit.ParseReset(args)
 	if err != nil {
-		return err.Error()
+		return nil, err.Error()
 	}
-	for _, key := range keys {
-		op := c.NewOp()
-		op.Kind, op.Key = store.OpDel, key
-		c.Queue(op)
-	}
-	return ""
+	r := c.calls.resets.get()
+	r.Keys = keys
+	return r, ""
+}
+
+func resetAnswer(_ *Client, w *Out, call service.Call) {
+	r := call.(*service.Reset)
+	w.WriteInt(r.Removed)
+	r.Keys = nil
 }
 
 // CL.INSPECT <key>
-func inspectQueue(c *Client, args [][]byte) string {
+func inspectCall(c *Client, args [][]byte) (service.Call, string) {
 	key, err := limit.ParseInspect(args)
 	if err != nil {
-		return err.Error()
+		return nil, err.Error()
 	}
-	op := c.NewOp()
-	op.Kind, op.Req = store.OpReq, &store.InspectReq{Key: key}
-	c.QueueTo(c.srv.st.ShardOf(key), op)
-	return ""
+	in := c.calls.inspects.get()
+	in.Key = key
+	return in, ""
 }
 
-func inspectReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	r := ops[0].Req.(*store.InspectReq)
-	if !r.Found {
+func inspectAnswer(_ *Client, w *Out, call service.Call) {
+	in := call.(*service.Inspect)
+	if !in.Found {
 		w.WriteNull()
 		return
 	}
-	fs, err := limit.Inspect(r.State)
-	if err != nil {
-		w.WriteError(ErrInternal)
-		return
-	}
-	fs = append(fs, limit.Field{Name: "pttl", Value: r.PTTL})
+	fs := append(in.Fields, limit.Field{Name: "pttl", Value: in.PTTL})
 	w.WriteArray(2 * len(fs))
 	for _, f := range fs {
 		w.WriteBulkString(f.Name)

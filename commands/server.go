@@ -17,12 +17,14 @@ import (
 	"net"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/service"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -97,6 +99,8 @@ type Server struct {
 	stop       chan struct{}
 	stopOnce   sync.Once
 
+	svc *service.Service // the decision API the CL.* commands call
+
 	myID   string                           // cluster node id
 	topo   atomic.Pointer[cluster.Topology] // current cluster topology (nil: none yet)
 	topoMu sync.Mutex                       // serializes SETTOPOLOGY
@@ -163,6 +167,11 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
+	sc := service.Config{Store: st, MaxKeyBytes: cfg.MaxKeyBytes}
+	if s.clusterOn() {
+		sc.Slots = s
+	}
+	s.svc = service.New(sc)
 	go s.sampleOps()
 	return s, nil
 }
@@ -220,6 +229,8 @@ type Client struct {
 	LAddr string // local address
 	local bool   // loopback or unix socket: DEBUG under "local"
 
+	calls callPools // the pipeline's service calls, reused
+
 	created  time.Time
 	lastUsed atomic.Int64 // Unix ns of the last command
 	fd       atomic.Int64 // the socket's descriptor, for CLIENT LIST (-1: none known)
@@ -254,7 +265,8 @@ type Client struct {
 type slot struct {
 	cmd      *Command
 	args     [][]byte
-	from, to int // ops[from:to]
+	from, to int          // ops[from:to]
+	call     service.Call // a Call command's, queued through the service
 	err      string
 }
 
@@ -520,6 +532,10 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if cmd.Many != nil && len(args) > maxKeptOps {
 		run = cmd.Many
 	}
+	if cmd.Call != nil {
+		s.queueCall(c, cmd, st, args)
+		return
+	}
 	if cmd.Queue != nil && run == nil {
 		from := c.nops
 		e := s.queue(cmd, c, args)
@@ -576,6 +592,66 @@ func (s *Server) keyTooLong(cmd *Command, args [][]byte) bool {
 	return false
 }
 
+// queueCall parses a Call command into its service call and queues it on
+// the client's session through the service, in order with the pipeline's
+// other commands; the reply is written by finish. A parse error is the
+// command's failure; a refusal of the service (routing, key size) is a
+// rejected call, as the same refusal by execOne's own checks.
+func (s *Server) queueCall(c *Client, cmd *Command, st *cmdStat, args [][]byte) {
+	call, e := s.parseCall(cmd, c, args)
+	if e == "" {
+		if err := s.svc.Queue(c.sess, call); err != nil {
+			c.reject(cmd, s.refusal(err))
+			return
+		}
+	}
+	st.calls.Add(1)
+	if e != "" {
+		c.slots = append(c.slots, slot{cmd: cmd, err: e})
+		st.failed.Add(1)
+		return
+	}
+	c.slots = append(c.slots, slot{cmd: cmd, args: args, call: call})
+}
+
+// parseCall runs cmd's Call handler; a panic there becomes an error reply.
+func (s *Server) parseCall(cmd *Command, c *Client, args [][]byte) (call service.Call, e string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("command panicked", "cmd", cmd.Name, "panic", r, "stack", string(debug.Stack()))
+			call, e = nil, ErrInternal
+		}
+	}()
+	return cmd.Call(c, args)
+}
+
+// refusal words a service error as Redis does, "" for nil: the same
+// refusal reads the same whichever way a command reached it.
+func (s *Server) refusal(err error) string {
+	var no *service.NotOwnerError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &no):
+		s.stats.moved.Add(1)
+		return "MOVED " + strconv.Itoa(no.Slot) + " " + no.Addr
+	case errors.Is(err, service.ErrCrossSlot):
+		return ErrCrossSlot
+	case errors.Is(err, service.ErrClusterDown):
+		return ErrClusterDown
+	case errors.Is(err, service.ErrKeyTooLong):
+		return ErrKeyTooLong
+	case errors.Is(err, service.ErrWrongType):
+		return ErrWrongType
+	case errors.Is(err, service.ErrClosed):
+		return ErrShuttingDown
+	case errors.Is(err, service.ErrExpireRange):
+		return ErrCellExpire
+	default:
+		return ErrInternal
+	}
+}
+
 // queue runs cmd's Queue handler; a panic there becomes an error reply.
 func (s *Server) queue(cmd *Command, c *Client, args [][]byte) (e string) {
 	defer func() {
@@ -617,6 +693,10 @@ func (s *Server) finish(c *Client, out *Out) {
 			out.WriteError(sl.err)
 			continue
 		}
+		if sl.call != nil {
+			s.answer(c, out, sl, per)
+			continue
+		}
 		ops := c.ops[sl.from:sl.to]
 		if e := opsError(ops); e != "" {
 			s.countError(e)
@@ -646,6 +726,30 @@ func (s *Server) finish(c *Client, out *Out) {
 	c.recycleOps()
 }
 
+// answer writes a Call command's reply once its session ran: its error
+// in Redis's words, or the command's Answer.
+func (s *Server) answer(c *Client, out *Out, sl *slot, usec int64) {
+	call := sl.call
+	sl.call, sl.args = nil, nil
+	mark := out.Len()
+	defer func() {
+		if r := recover(); r != nil {
+			out.Truncate(mark)
+			out.WriteError(ErrInternal)
+			s.log.Error("reply panicked", "cmd", sl.cmd.Name, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	call.Done()
+	if e := s.refusal(service.ErrOf(call)); e != "" {
+		s.countError(e)
+		out.WriteError(e)
+		c.stat(sl.cmd).failed.Add(1)
+		return
+	}
+	c.stat(sl.cmd).usec.Add(usec)
+	sl.cmd.Answer(c, out, call)
+}
+
 // maxKeptOps is how many ops (and reply slots) a client keeps for its next
 // pipeline: a command with millions of keys needs as many, and they must not
 // stay allocated for as long as the connection lives.
@@ -653,6 +757,7 @@ const maxKeptOps = 4096
 
 // recycleOps makes the op pool reusable, dropping what is past maxKeptOps.
 func (c *Client) recycleOps() {
+	c.calls.recycle()
 	c.nops = 0
 	if len(c.ops) > maxKeptOps {
 		clear(c.ops[maxKeptOps:])

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/cellserver/cellserver/service"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -47,6 +48,15 @@ type Command struct {
 	// than maxKeptOps arguments: in chunks of keys, so that a command naming
 	// millions of keys does not hold an op for each at once.
 	Many func(c *Client, w *Out, args [][]byte)
+	// Call, if set, parses args into a call of the decision API (package
+	// service), taken from the client's pools; the server queues it through
+	// the service and, once the pipeline's session ran, writes an error
+	// outcome itself or calls Answer. A non-empty string is the command's
+	// error reply.
+	Call func(c *Client, args [][]byte) (service.Call, string)
+	// Answer writes a Call command's reply from its call's successful
+	// outcome.
+	Answer func(c *Client, w *Out, call service.Call)
 	// Keys, if set, finds the key arguments by parsing (a movablekeys
 	// command): COMMAND GETKEYS and cluster routing use it instead of
 	// FirstKey, LastKey and Step.

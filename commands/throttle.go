@@ -3,7 +3,7 @@ package commands
 import (
 	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/limit"
-	"github.com/cellserver/cellserver/store"
+	"github.com/cellserver/cellserver/service"
 )
 
 func registerThrottle(t Table) {
@@ -15,58 +15,47 @@ func registerThrottle(t Table) {
 		Group:   "module",
 		Summary: "Rate-limit a key with GCRA, exactly as the redis-cell module does.",
 		Since:   "0.1.0",
-		Queue:   throttleQueue,
-		Reply:   throttleReply,
+		Call:    throttleCall,
+		Answer:  throttleAnswer,
 	})
 }
 
 // CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]
-func throttleQueue(c *Client, args [][]byte) string {
-	if len(args) != 5 && len(args) != 6 {
-		return ErrCellUsage
+func throttleCall(c *Client, args [][]byte) (service.Call, string) {
+	p, e := parseThrottle(args)
+	if e != "" {
+		return nil, e
 	}
+	t := c.calls.throttles.get()
+	*t = service.Throttle{Key: args[1], Params: p}
+	return t, ""
+}
+
+// parseThrottle parses CL.THROTTLE's arguments as redis-cell does, with its
+// error texts.
+func parseThrottle(args [][]byte) (gcra.Params, string) {
 	var p gcra.Params
+	if len(args) != 5 && len(args) != 6 {
+		return p, ErrCellUsage
+	}
 	p.Quantity = 1
 	fields := [...]*int64{&p.MaxBurst, &p.Count, &p.Period, &p.Quantity}
 	for i, a := range args[2:] {
 		n, ok := limit.ParseCellInt(a)
 		if !ok {
-			return ErrCellParsePrefix + string(a)
+			return p, ErrCellParsePrefix + string(a)
 		}
 		*fields[i] = n
 	}
 	if gcra.Interval(p.Count, p.Period) == 0 {
-		return ErrCellZeroRate
+		return p, ErrCellZeroRate
 	}
-	op := c.NewOp()
-	op.Kind = store.OpThrottle
-	op.Key = args[1]
-	op.Params = p
-	c.Queue(op)
-	return ""
+	return p, ""
 }
 
-func throttleReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	writeThrottle(c, w, ops[0].Err, &ops[0].Result)
-}
-
-// writeThrottle writes CL.THROTTLE's (and CL.PEEK's) reply for a decision
-// and the store's error. ErrZeroRate never gets here: the arguments'
-// check refused it already.
-func writeThrottle(c *Client, w *Out, err error, r *gcra.Result) {
-	switch {
-	case err == store.ErrWrongType:
-		c.srv.countError(ErrWrongType)
-		w.WriteError(ErrWrongType)
-		return
-	case err != nil:
-		w.WriteError(ErrInternal)
-		return
-	case r.Write && r.Expiry == gcra.ExpireError:
-		c.srv.countError(ErrCellExpire)
-		w.WriteError(ErrCellExpire)
-		return
-	}
+// throttleAnswer writes CL.THROTTLE's (and CL.PEEK's) reply.
+func throttleAnswer(_ *Client, w *Out, call service.Call) {
+	r := &call.(*service.Throttle).Result
 	w.WriteArray(5)
 	if r.Limited {
 		w.WriteInt(1)

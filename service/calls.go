@@ -1,0 +1,205 @@
+package service
+
+import (
+	"errors"
+
+	"github.com/cellserver/cellserver/gcra"
+	"github.com/cellserver/cellserver/limit"
+	"github.com/cellserver/cellserver/store"
+)
+
+// ErrExpireRange is redis-cell's own failure (CL.THROTTLE with a period
+// or burst so large that the key's TTL works out below -1 ms): the new
+// state WAS stored with no TTL, as the module stores it, and the call
+// answers this error instead of its decision.
+var ErrExpireRange = errors.New("service: the key's expiry is out of range")
+
+// Throttle is one CL.THROTTLE decision on a GCRA key, exactly as
+// redis-cell answers it, or with Peek CL.PEEK's: the same decision at this
+// instant, written nowhere. Fill Key and Params (gcra.Params; Quantity 0 is
+// redis-cell's own "peek" that does write). After running, Err is nil,
+// ErrWrongType, ErrExpireRange, ErrClosed or ErrInternal, and Result the
+// decision when Err is nil.
+type Throttle struct {
+	Key    []byte
+	Params gcra.Params
+	Peek   bool
+
+	Result gcra.Result
+	Err    error
+
+	op   store.Op
+	peek store.PeekReq
+}
+
+func (t *Throttle) err() error { return t.Err }
+
+func (t *Throttle) keys(dst [][]byte) [][]byte { return append(dst, t.Key) }
+
+func (t *Throttle) queue(s *Service, sess *store.Session) {
+	t.op = store.Op{Kind: store.OpThrottle, Key: t.Key, Params: t.Params}
+	if t.Peek {
+		t.peek = store.PeekReq{Key: t.Key, Params: t.Params}
+		t.op.Kind, t.op.Req = store.OpReq, &t.peek
+		sess.AddTo(s.st.ShardOf(t.Key), &t.op)
+		return
+	}
+	sess.Add(&t.op)
+}
+
+// Done fills Result and Err from the store's answer; call it after the
+// session ran (Do does).
+func (t *Throttle) Done() {
+	err, res := t.op.Err, &t.op.Result
+	if t.Peek && err == nil {
+		err, res = t.peek.Err, &t.peek.Result
+	}
+	t.Result, t.Err = *res, storeErr(err)
+	if t.Err == nil && t.Result.Write && t.Result.Expiry == gcra.ExpireError {
+		t.Err = ErrExpireRange
+	}
+}
+
+// Limit is one CL.LIMIT call: 1 to limit.MaxLimits limits of any
+// algorithm, decided and charged all or nothing and isolated from every
+// other call, whether its keys live on one shard or several. Fill Call
+// (limit.ParseLimit builds one from CL.LIMIT's arguments; other front ends
+// fill limit.Spec values themselves). After running, Err is nil,
+// ErrWrongType (nothing charged), ErrClosed or ErrInternal; Decision and
+// Results are the reply when Err is nil.
+type Limit struct {
+	Call limit.Call
+
+	Decision limit.Decision
+	Err      error
+
+	req store.LimitReq
+	op  store.Op
+}
+
+// Results are the per-limit outcomes, one for each of Call.Limits, valid
+// until the call is reused.
+func (l *Limit) Results() []limit.Result { return l.req.Results[:len(l.Call.Limits)] }
+
+func (l *Limit) err() error { return l.Err }
+
+func (l *Limit) keys(dst [][]byte) [][]byte {
+	for _, s := range l.Call.Limits {
+		dst = append(dst, s.Key)
+	}
+	return dst
+}
+
+func (l *Limit) queue(s *Service, sess *store.Session) {
+	l.req.Call = l.Call
+	l.op = store.Op{Kind: store.OpReq, Req: &l.req}
+	st := s.st
+	sh := st.ShardOf(l.Call.Limits[0].Key)
+	for _, sp := range l.Call.Limits[1:] {
+		if st.ShardOf(sp.Key) != sh {
+			// Several shards: run with each of them parked, in order with
+			// the session's other calls.
+			sess.AddHeld(&l.op)
+			return
+		}
+	}
+	sess.AddTo(sh, &l.op)
+}
+
+// Done fills Decision and Err from the store's answer; call it after the
+// session ran (Do does).
+func (l *Limit) Done() {
+	err := l.op.Err
+	if err == nil {
+		err = l.req.Err
+	}
+	l.Err = storeErr(err)
+	l.Decision = l.req.Decision
+}
+
+// Reset is CL.RESET: it removes the limiter state of every key named, of
+// whatever kind. After running, Removed counts the live keys removed
+// (a key named twice counts once) and Err is nil, ErrClosed or ErrInternal.
+type Reset struct {
+	Keys [][]byte
+
+	Removed int64
+	Err     error
+
+	ops []store.Op
+}
+
+func (r *Reset) err() error { return r.Err }
+
+func (r *Reset) keys(dst [][]byte) [][]byte { return append(dst, r.Keys...) }
+
+func (r *Reset) queue(s *Service, sess *store.Session) {
+	if cap(r.ops) < len(r.Keys) {
+		r.ops = make([]store.Op, len(r.Keys))
+	}
+	r.ops = r.ops[:len(r.Keys)]
+	for i, k := range r.Keys {
+		r.ops[i] = store.Op{Kind: store.OpDel, Key: k}
+		sess.Add(&r.ops[i])
+	}
+}
+
+// Done fills Removed and Err; call it after the session ran (Do does).
+func (r *Reset) Done() {
+	r.Removed, r.Err = 0, nil
+	for i := range r.ops {
+		if err := storeErr(r.ops[i].Err); err != nil {
+			r.Err = err
+			continue
+		}
+		r.Removed += r.ops[i].N
+	}
+}
+
+// Inspect is CL.INSPECT: a key's limiter state, decoded into named fields
+// (limit.Inspect), and its TTL. After running, Found says whether the key
+// is live; Fields and PTTL (-1: no expiry, else ms left) are set when it
+// is; Err is nil, ErrClosed or ErrInternal.
+type Inspect struct {
+	Key []byte
+
+	Found  bool
+	Fields []limit.Field
+	PTTL   int64
+	Err    error
+
+	op  store.Op
+	req store.InspectReq
+}
+
+func (in *Inspect) err() error { return in.Err }
+
+func (in *Inspect) keys(dst [][]byte) [][]byte { return append(dst, in.Key) }
+
+func (in *Inspect) queue(s *Service, sess *store.Session) {
+	in.req = store.InspectReq{Key: in.Key, State: in.req.State}
+	in.op = store.Op{Kind: store.OpReq, Req: &in.req}
+	sess.AddTo(s.st.ShardOf(in.Key), &in.op)
+}
+
+// Done fills the outcome; call it after the session ran (Do does).
+func (in *Inspect) Done() {
+	in.Found, in.Fields, in.PTTL = false, nil, 0
+	if in.Err = storeErr(in.op.Err); in.Err != nil || !in.req.Found {
+		return
+	}
+	fs, err := limit.Inspect(in.req.State)
+	if err != nil {
+		in.Err = ErrInternal
+		return
+	}
+	in.Found, in.Fields, in.PTTL = true, fs, in.req.PTTL
+}
+
+// Trim drops the call's per-key buffers if they grew past n keys, so that
+// a reused Reset does not keep one huge call's memory.
+func (r *Reset) Trim(n int) {
+	if cap(r.ops) > n {
+		r.ops = nil
+	}
+}
