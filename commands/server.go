@@ -628,10 +628,11 @@ func (s *Server) parseCall(cmd *Command, c *Client, args [][]byte) (call service
 // refusal words a service error as Redis does, "" for nil: the same
 // refusal reads the same whichever way a command reached it.
 func (s *Server) refusal(err error) string {
+	if err == nil {
+		return "" // before no: it escapes, and this is every call's path
+	}
 	var no *service.NotOwnerError
 	switch {
-	case err == nil:
-		return ""
 	case errors.As(err, &no):
 		s.stats.moved.Add(1)
 		return "MOVED " + strconv.Itoa(no.Slot) + " " + no.Addr

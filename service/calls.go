@@ -34,7 +34,7 @@ type Throttle struct {
 
 func (t *Throttle) err() error { return t.Err }
 
-func (t *Throttle) keys(dst [][]byte) [][]byte { return append(dst, t.Key) }
+func (t *Throttle) check(s *Service) error { return s.checkKey(t.Key) }
 
 func (t *Throttle) queue(s *Service, sess *store.Session) {
 	t.op = store.Op{Kind: store.OpThrottle, Key: t.Key, Params: t.Params}
@@ -83,11 +83,9 @@ func (l *Limit) Results() []limit.Result { return l.req.Results[:len(l.Call.Limi
 
 func (l *Limit) err() error { return l.Err }
 
-func (l *Limit) keys(dst [][]byte) [][]byte {
-	for _, s := range l.Call.Limits {
-		dst = append(dst, s.Key)
-	}
-	return dst
+func (l *Limit) check(s *Service) error {
+	ls := l.Call.Limits
+	return s.checkEach(len(ls), func(i int) []byte { return ls[i].Key })
 }
 
 func (l *Limit) queue(s *Service, sess *store.Session) {
@@ -131,7 +129,9 @@ type Reset struct {
 
 func (r *Reset) err() error { return r.Err }
 
-func (r *Reset) keys(dst [][]byte) [][]byte { return append(dst, r.Keys...) }
+func (r *Reset) check(s *Service) error {
+	return s.checkEach(len(r.Keys), func(i int) []byte { return r.Keys[i] })
+}
 
 func (r *Reset) queue(s *Service, sess *store.Session) {
 	if cap(r.ops) < len(r.Keys) {
@@ -174,7 +174,7 @@ type Inspect struct {
 
 func (in *Inspect) err() error { return in.Err }
 
-func (in *Inspect) keys(dst [][]byte) [][]byte { return append(dst, in.Key) }
+func (in *Inspect) check(s *Service) error { return s.checkKey(in.Key) }
 
 func (in *Inspect) queue(s *Service, sess *store.Session) {
 	in.req = store.InspectReq{Key: in.Key, State: in.req.State}

@@ -98,8 +98,8 @@ func (s *Service) Store() *store.Store { return s.st }
 
 // Call is a request a Service runs: *Throttle, *Limit, *Reset, *Inspect.
 type Call interface {
-	// keys appends the call's keys to dst.
-	keys(dst [][]byte) [][]byte
+	// check refuses the call before it runs (key sizes, routing).
+	check(s *Service) error
 	// queue adds the call's store requests to sess.
 	queue(s *Service, sess *store.Session)
 	// Done reads the call's outcome out of its store requests, once the
@@ -119,8 +119,7 @@ func ErrOf(c Call) error { return c.err() }
 // nothing queued, or nil: c's outcome is then readable once sess.Run has
 // returned. Calls queued on one session run in the order queued.
 func (s *Service) Queue(sess *store.Session, c Call) error {
-	var buf [16][]byte
-	if err := s.check(c.keys(buf[:0])); err != nil {
+	if err := c.check(s); err != nil {
 		return err
 	}
 	c.queue(s, sess)
@@ -140,15 +139,58 @@ func (s *Service) Do(c Call) error {
 	return nil
 }
 
-func (s *Service) check(keys [][]byte) error {
+// checkEach refuses the n keys key(0..n-1) if one is too long or, in a
+// cluster mode, they are not routed here (Route's rule). It takes the
+// keys through a function so that no call builds a slice of them.
+func (s *Service) checkEach(n int, key func(i int) []byte) error {
 	if s.maxKey > 0 {
-		for _, k := range keys {
-			if len(k) > s.maxKey {
+		for i := range n {
+			if len(key(i)) > s.maxKey {
 				return ErrKeyTooLong
 			}
 		}
 	}
-	return s.Route(keys)
+	return s.route(n, key)
+}
+
+// route is Route on the n keys key(0..n-1).
+func (s *Service) route(n int, key func(i int) []byte) error {
+	if s.slots == nil || n == 0 {
+		return nil
+	}
+	slot := cluster.KeySlot(key(0))
+	if _, _, known := s.slots.Locate(slot); !known {
+		return ErrClusterDown
+	}
+	for i := 1; i < n; i++ {
+		if cluster.KeySlot(key(i)) != slot {
+			return ErrCrossSlot
+		}
+	}
+	return s.routeSlot(slot)
+}
+
+// checkKey is check for one key, without building a slice: the hot path.
+func (s *Service) checkKey(k []byte) error {
+	if s.maxKey > 0 && len(k) > s.maxKey {
+		return ErrKeyTooLong
+	}
+	if s.slots == nil {
+		return nil
+	}
+	return s.routeSlot(cluster.KeySlot(k))
+}
+
+// routeSlot is Route's answer for keys that all hash to slot.
+func (s *Service) routeSlot(slot int) error {
+	addr, local, known := s.slots.Locate(slot)
+	switch {
+	case !known:
+		return ErrClusterDown
+	case !local:
+		return &NotOwnerError{Slot: slot, Addr: addr}
+	}
+	return nil
 }
 
 // Route checks, in a cluster mode, that keys hash to one slot and that
@@ -158,23 +200,7 @@ func (s *Service) check(keys [][]byte) error {
 // cluster modes it allows anything. Front ends route their other keyed
 // commands with it too, so there is one rule.
 func (s *Service) Route(keys [][]byte) error {
-	if s.slots == nil || len(keys) == 0 {
-		return nil
-	}
-	slot := cluster.KeySlot(keys[0])
-	addr, local, known := s.slots.Locate(slot)
-	if !known {
-		return ErrClusterDown
-	}
-	for _, k := range keys[1:] {
-		if cluster.KeySlot(k) != slot {
-			return ErrCrossSlot
-		}
-	}
-	if !local {
-		return &NotOwnerError{Slot: slot, Addr: addr}
-	}
-	return nil
+	return s.route(len(keys), func(i int) []byte { return keys[i] })
 }
 
 // storeErr maps a store-level failure to the service's errors.
