@@ -219,7 +219,7 @@ func (e *ddEnv) closeStore() {
 }
 
 func (e *ddEnv) cmd(td *datadriven.TestData) (string, error) {
-	if e.st == nil && td.Cmd != "open" && td.Cmd != "time" && td.Cmd != "epoch" {
+	if e.st == nil && td.Cmd != "open" && td.Cmd != "reopen" && td.Cmd != "time" && td.Cmd != "epoch" {
 		return "", fmt.Errorf("no store open")
 	}
 	switch td.Cmd {
@@ -228,7 +228,10 @@ func (e *ddEnv) cmd(td *datadriven.TestData) (string, error) {
 	case "close":
 		e.closeStore()
 		return "ok\n", nil
-	case "reopen":
+	case "reopen": // close (unless closed already) and open the same config
+		if e.cfg.Clock == nil {
+			return "", fmt.Errorf("nothing opened yet")
+		}
 		e.closeStore()
 		return e.start()
 	case "crash":
@@ -405,6 +408,10 @@ func (e *ddEnv) throttle(td *datadriven.TestData) (string, error) {
 		r, err := do(e.st, l[0], p)
 		if err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
+			continue
+		}
+		if r.Write && r.Expiry == gcra.ExpireError { // stored, then replied as an error (§4)
+			b.WriteString("error: Cell error: Store error: Error while setting key expire\n")
 			continue
 		}
 		fmt.Fprintf(&b, "[%d, %d, %d, %d, %d]\n", b2i(r.Limited), r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter)
