@@ -859,10 +859,19 @@ func (r *ImportReq) run(sh *shard, now int64) {
 			r.Err = err
 			return
 		}
-		if bytes.Equal(merged, local) && max(mexp, e.exp(), r.Expires) == e.exp() {
+		// The key lives as long as the merged state does, not as long as
+		// the longer-lived side: a merge may keep one side's window and
+		// drop the other's. Only a merge that holds no charge at all (a
+		// GCRA TAT without debt on either side) keeps the keys' own
+		// lifetimes, as CL.THROTTLE leaves a key it did not charge.
+		exp = mexp
+		if mexp <= nowMs {
+			exp = max(e.exp(), r.Expires)
+		}
+		if bytes.Equal(merged, local) && exp == e.exp() {
 			return // nothing to add
 		}
-		state, exp = merged, max(mexp, e.exp(), r.Expires)
+		state = merged
 	} else {
 		ei = int64(sh.t.insertHash(r.Key, h))
 	}
