@@ -99,7 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.MemRedis, "mem-redis", true, "memory mode: also measure redis-server + Lua (and redis-cell if given)")
 	fs.Float64Var(&c.LoadSeconds, "load-seconds", 10, "memory mode: length of the redis-benchmark run over the loaded keys")
 	fs.StringVar(&c.MemKinds, "mem-kinds", "gcra,fw,swc", "memory mode: key kinds to load, each on a fresh cellserver: gcra (CL.THROTTLE), fw, swc (CL.LIMIT)")
-	fs.StringVar(&c.MemLimit, "mem-limit-params", "100 60", "memory mode: limit window_s of the fw and swc keys")
+	fs.StringVar(&c.MemLimit, "mem-limit-params", "100 86400", "memory mode: limit window_s of the fw and swc keys (a day by default: loading 10M keys takes longer than a minute, and a key's size does not depend on its window)")
 	fs.BoolVar(&c.WithMemory, "with-memory", false, "after the scenarios, run memory mode too (--keys, --mem-kinds) and report both in one file")
 	if err := fs.Parse(args); err != nil {
 		return c, err
