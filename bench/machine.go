@@ -22,6 +22,8 @@ type Machine struct {
 	// Cellserver says which cellserver was measured when it was not the work
 	// tree: "commit <hash> (--rev X)" or "binary <path>".
 	Cellserver string `json:"cellserver,omitempty"`
+	// Baseline is the second cellserver of --baseline-rev or --baseline-bin.
+	Baseline string `json:"baseline,omitempty"`
 }
 
 // DescribeMachine gathers the machine facts; missing pieces are left empty.
@@ -65,8 +67,12 @@ func (m Machine) String() string {
 			cs += " with uncommitted changes"
 		}
 	}
-	return fmt.Sprintf("- nproc: %d\n- CPU: %s\n- memory: %s\n- kernel: %s\n- %s\n- %s\n- %s\n- cellserver: %s\n",
+	s := fmt.Sprintf("- nproc: %d\n- CPU: %s\n- memory: %s\n- kernel: %s\n- %s\n- %s\n- %s\n- cellserver: %s\n",
 		m.NProc, m.CPUModel, m.MemTotal, m.Kernel, m.GoVersion, m.RedisServer, m.RedisBenchmark, cs)
+	if m.Baseline != "" {
+		s += "- baseline cellserver: " + m.Baseline + "\n"
+	}
+	return s
 }
 
 func command(dir, name string, args ...string) string {

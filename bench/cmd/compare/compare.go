@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/bench"
+	"github.com/cellserver/cellserver/cluster"
 )
 
 // Names of the systems in the tables.
@@ -20,6 +21,9 @@ const (
 	sysPing      = "redis-server PING"
 	sysCellPing  = "cellserver PING"
 	sysCell100k  = "cellserver, 100k live keys"
+	// The CL.LIMIT scenarios' reference, on the same server in the same rounds.
+	sysCellThrottle = "cellserver CL.THROTTLE"
+	sysCellLimit    = "cellserver CL.LIMIT"
 )
 
 // system is one server answering one kind of command.
@@ -27,6 +31,9 @@ type system struct {
 	name string
 	proc *bench.Proc
 	argv func(key string, params []string) []string // nil: PING
+	// check says whether the reply to one call is what the benchmark
+	// expects; nil: CL.THROTTLE's five integers.
+	check func(v bench.Value) error
 	// keyspace and preload, when set, replace the scenario's (flat-p16
 	// runs one keyspace per system).
 	keyspace, preload int
@@ -47,6 +54,13 @@ type scenario struct {
 	// the big live keyspace, alternate in the same rounds, so the cost per
 	// op of the two sizes is measured side by side, not minutes apart.
 	Flat bool `json:"flat"`
+	// Limit is the argv of a CL.LIMIT scenario (cellserver only: Redis has
+	// no such command). Its first system is CL.THROTTLE Key Params on the
+	// same server, the reference its ratios are taken to round by round.
+	Limit []string `json:"limit,omitempty"`
+	// Tags are hash tags that must land on different shards of the server
+	// (a CL.LIMIT across shards); the scenario is skipped if they do not.
+	Tags []string `json:"tags,omitempty"`
 }
 
 func scenarios(c config) []scenario {
@@ -65,6 +79,13 @@ func scenarios(c config) []scenario {
 			Key: "live:__rand_int__", Params: lp, Preload: 100_000, Prefix: "live:"},
 		{Name: bigName, Title: fmt.Sprintf("%s live keys (preloaded, long period), pipeline 16", strings.ToUpper(short(big))), Pipeline: 16, Keyspace: big,
 			Key: "live:__rand_int__", Params: lp, Preload: big, Prefix: "live:"},
+		{Name: "limit-fw-p16", Title: "CL.LIMIT with one FW limit against CL.THROTTLE, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
+			Key: "key:__rand_int__", Params: p, Limit: []string{"CL.LIMIT", "fw:__rand_int__", "FW", "100", "60"}},
+		{Name: "limit-swc-p16", Title: "CL.LIMIT with one SWC limit against CL.THROTTLE, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
+			Key: "key:__rand_int__", Params: p, Limit: []string{"CL.LIMIT", "swc:__rand_int__", "SWC", "100", "60"}},
+		{Name: "limit2-p16", Title: "CL.LIMIT with two FW limits on different shards against CL.THROTTLE, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
+			Key: "key:__rand_int__", Params: p, Tags: []string{"a", "b"},
+			Limit: []string{"CL.LIMIT", "{a}k:__rand_int__", "FW", "100", "60", "AND", "{b}k:__rand_int__", "FW", "1000", "3600"}},
 		{Name: "flat-p16", Title: fmt.Sprintf("cost per op, 100k against %s live keys: two cellservers alternating, pipeline 16", strings.ToUpper(short(big))),
 			Pipeline: 16, Keyspace: big, Key: "live:__rand_int__", Params: lp, Preload: big, Prefix: "live:", Flat: true},
 	}
@@ -126,11 +147,14 @@ type systemResult struct {
 	Runs    []runResult      `json:"runs"`
 	Load    *bench.LoadStats `json:"preload,omitempty"`
 	Median  summary          `json:"median"`
+	// Skipped says why the system did not run (a command it does not know).
+	Skipped string `json:"skipped,omitempty"`
 }
 
 type scenarioResult struct {
 	Scenario scenario        `json:"scenario"`
 	Systems  []*systemResult `json:"systems"`
+	Notes    []string        `json:"notes,omitempty"`
 }
 
 type compareResult struct {
@@ -143,12 +167,16 @@ type compareResult struct {
 	LoadStart  string            `json:"loadavg_start"`
 	LoadEnd    string            `json:"loadavg_end"`
 	Scenarios  []*scenarioResult `json:"scenarios"`
+	// Baseline is the system name of --baseline-rev's cellserver, "" without.
+	Baseline string `json:"baseline,omitempty"`
+	// Memory is --with-memory's result.
+	Memory *memoryResult `json:"memory,omitempty"`
 }
 
 func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 	cfg := e.cfg
 	res := &compareResult{Kind: "compare", Started: time.Now(), Machine: e.machine, Config: cfg, Cellserver: e.commandLine(),
-		LoadStart: bench.LoadAvg()}
+		LoadStart: bench.LoadAvg(), Baseline: e.baseName}
 
 	want := map[string]bool{}
 	for _, s := range strings.Split(cfg.Scenarios, ",") {
@@ -191,7 +219,17 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 	}
 	throttle := func(key string, p []string) []string { return append([]string{"CL.THROTTLE", key}, p...) }
 	lua := func(key string, p []string) []string { return append([]string{"EVALSHA", sha, "1", key}, p...) }
-	limiters := []system{{name: sysCell, proc: cs, argv: throttle}, {name: sysLua, proc: rd, argv: lua}}
+	limiters := []system{{name: sysCell, proc: cs, argv: throttle}}
+	var base *bench.Proc
+	if e.baseBin != "" {
+		if base, err = e.startBinary(e.baseBin, "cellserver-baseline"); err != nil {
+			return nil, "", err
+		}
+		defer base.Stop()
+		logf("baseline: %s %s (pid %d)", e.baseName, base.Addr, base.Pid())
+		limiters = append(limiters, system{name: e.baseName, proc: base, argv: throttle})
+	}
+	limiters = append(limiters, system{name: sysLua, proc: rd, argv: lua})
 	if rc != nil {
 		limiters = append(limiters, system{name: sysRedisCell, proc: rc, argv: throttle})
 	}
@@ -207,6 +245,16 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 		systems := limiters
 		if sc.Ping {
 			systems = pings
+		}
+		if sc.Limit != nil {
+			limit := func(string, []string) []string { return sc.Limit }
+			systems = []system{
+				{name: sysCellThrottle, proc: cs, argv: throttle},
+				{name: sysCellLimit, proc: cs, argv: limit, check: checkLimitReply},
+			}
+			if base != nil {
+				systems = append(systems, system{name: e.baseName + " CL.LIMIT", proc: base, argv: limit, check: checkLimitReply})
+			}
 		}
 		if sc.Flat {
 			if cs2 == nil {
@@ -281,8 +329,23 @@ func runScenario(ctx context.Context, e *env, sc scenario, systems []system, loa
 				logf("   loaded %d keys in %.1fs (%.0f keys/s)", st.Keys, st.Seconds, st.Rate)
 			}
 		}
-		// The command must work before it is benchmarked.
+		// The command must work before it is benchmarked; a system that
+		// does not know it (an older revision and CL.LIMIT) sits this one out.
+		note, why := shardCheck(s, sc)
+		if note != "" {
+			sr.Notes = append(sr.Notes, note)
+		}
+		if why != "" {
+			results[i].Skipped = why
+			logf("   %-18s skipped: %s", s.name, why)
+			continue
+		}
 		if err := checkCommand(s, argv); err != nil {
+			if e, ok := unknownCommand(err); ok {
+				results[i].Skipped = e
+				logf("   %-18s skipped: %v", s.name, err)
+				continue
+			}
 			return err
 		}
 	}
@@ -290,6 +353,9 @@ func runScenario(ctx context.Context, e *env, sc scenario, systems []system, loa
 	// Warm-up, which also calibrates -n to the target duration.
 	target := cfg.Duration.Seconds() * cfg.DurationScale
 	for i, s := range systems {
+		if results[i].Skipped != "" {
+			continue
+		}
 		n := cfg.Requests
 		warm := 20_000
 		if sc.Pipeline > 1 {
@@ -319,6 +385,9 @@ func runScenario(ctx context.Context, e *env, sc scenario, systems []system, loa
 	}
 	for round := 1; round <= rounds; round++ {
 		for i, s := range systems {
+			if results[i].Skipped != "" {
+				continue
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -359,11 +428,81 @@ func checkCommand(s system, argv []string) error {
 		}
 		return nil
 	}
-	ints, err := v.Ints()
-	if err != nil || len(ints) != 5 {
-		return fmt.Errorf("%s: %s answered %s, want 5 integers", s.name, strings.Join(a, " "), v)
+	if v.Kind == '-' {
+		return fmt.Errorf("%s: %s answered %w", s.name, strings.Join(a, " "), errorReply(v.Str))
+	}
+	check := s.check
+	if check == nil {
+		check = checkThrottleReply
+	}
+	if err := check(v); err != nil {
+		return fmt.Errorf("%s: %s answered %s, want %v", s.name, strings.Join(a, " "), v, err)
 	}
 	return nil
+}
+
+// errorReply is a server's error reply.
+type errorReply string
+
+func (e errorReply) Error() string { return "(error) " + string(e) }
+
+// unknownCommand says whether err carries Redis's unknown-command reply,
+// and returns that reply up to its list of arguments.
+func unknownCommand(err error) (string, bool) {
+	var e errorReply
+	if !errors.As(err, &e) || !strings.HasPrefix(string(e), "ERR unknown command") {
+		return "", false
+	}
+	s, _, _ := strings.Cut(string(e), ", with args")
+	return s, true
+}
+
+func checkThrottleReply(v bench.Value) error {
+	if ints, err := v.Ints(); err != nil || len(ints) != 5 {
+		return errors.New("5 integers")
+	}
+	return nil
+}
+
+// checkLimitReply wants CL.LIMIT's [limited, limit, remaining, retry_after,
+// reset_after, index, [R5 per limit]].
+func checkLimitReply(v bench.Value) error {
+	want := errors.New("6 integers and an array of the limits' replies")
+	if v.Kind != '*' || len(v.Array) != 7 || v.Array[6].Kind != '*' {
+		return want
+	}
+	for _, x := range v.Array[:6] {
+		if x.Kind != ':' {
+			return want
+		}
+	}
+	return nil
+}
+
+// shardCheck checks that the hash tags of scenario sc land on different
+// shards of the CL.LIMIT system s (the server's shard count from INFO, and
+// its rule: shards own equal contiguous ranges of slots). It returns where
+// they land, and why s cannot run sc, or "".
+func shardCheck(s system, sc scenario) (note, why string) {
+	if len(sc.Tags) < 2 || s.check == nil {
+		return "", ""
+	}
+	n, err := bench.InfoField(s.proc.Addr, "server", "shards")
+	if err != nil || n < 1 {
+		return "", fmt.Sprintf("no shard count in INFO server: %v", err)
+	}
+	seen := map[int]string{}
+	var where []string
+	for _, t := range sc.Tags {
+		slot := cluster.KeySlot([]byte("{" + t + "}"))
+		sh := slot * int(n) / cluster.SlotCount
+		where = append(where, fmt.Sprintf("{%s} slot %d shard %d", t, slot, sh))
+		if o, ok := seen[sh]; ok {
+			why = fmt.Sprintf("hash tags {%s} and {%s} share shard %d of %d: pick others", o, t, sh, n)
+		}
+		seen[sh] = t
+	}
+	return fmt.Sprintf("%s: %s of %d shards", s.name, strings.Join(where, ", "), n), why
 }
 
 // measure runs redis-benchmark once and reads the server's CPU time and GC

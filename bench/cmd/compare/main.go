@@ -44,6 +44,8 @@ type config struct {
 	RedisCell      string        `json:"redis_cell_module"`
 	CellserverBin  string        `json:"cellserver_bin"`
 	Rev            string        `json:"rev"`
+	BaselineRev    string        `json:"baseline_rev,omitempty"`
+	BaselineBin    string        `json:"baseline_bin,omitempty"`
 	Params         string        `json:"params"`
 	LiveParams     string        `json:"live_params"`
 	BigKeys        int           `json:"big_keys"`
@@ -59,6 +61,9 @@ type config struct {
 	MemParams   string  `json:"mem_params"`
 	MemRedis    bool    `json:"mem_redis"`
 	LoadSeconds float64 `json:"load_run_s"`
+	MemKinds    string  `json:"mem_kinds"`
+	MemLimit    string  `json:"mem_limit_params"`
+	WithMemory  bool    `json:"with_memory"`
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -77,6 +82,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.RedisCell, "redis-cell-module", "", "`path` of a built redis-cell module (libredis_cell.so); adds Redis+redis-cell")
 	fs.StringVar(&c.CellserverBin, "cellserver-bin", "", "use this cellserver binary instead of building ./cmd/cellserver")
 	fs.StringVar(&c.Rev, "rev", "", "build cellserver from this git revision (a clean git archive snapshot, e.g. HEAD) instead of the work tree")
+	fs.StringVar(&c.BaselineRev, "baseline-rev", "", "also build cellserver at this git revision and run it as a second system beside the first in the CL.THROTTLE scenarios (A B A B)")
+	fs.StringVar(&c.BaselineBin, "baseline-bin", "", "the same with a built binary instead of a revision")
 	fs.StringVar(&c.Params, "params", "100 10 1", "max_burst count period of the random-key and hot-key scenarios")
 	fs.StringVar(&c.LiveParams, "live-params", "1000 1 3600", "max_burst count period of the preloaded live-keyspace scenarios (keys must not expire)")
 	fs.IntVar(&c.BigKeys, "big-keys", 0, "keys of the big live keyspace (default 10000000, or 1000000 with --quick)")
@@ -91,6 +98,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.MemParams, "mem-params", "100 1 86400", "memory mode: max_burst count period (long, so nothing expires)")
 	fs.BoolVar(&c.MemRedis, "mem-redis", true, "memory mode: also measure redis-server + Lua (and redis-cell if given)")
 	fs.Float64Var(&c.LoadSeconds, "load-seconds", 10, "memory mode: length of the redis-benchmark run over the loaded keys")
+	fs.StringVar(&c.MemKinds, "mem-kinds", "gcra,fw,swc", "memory mode: key kinds to load, each on a fresh cellserver: gcra (CL.THROTTLE), fw, swc (CL.LIMIT)")
+	fs.StringVar(&c.MemLimit, "mem-limit-params", "100 86400", "memory mode: limit window_s of the fw and swc keys (a day by default: loading 10M keys takes longer than a minute, and a key's size does not depend on its window)")
+	fs.BoolVar(&c.WithMemory, "with-memory", false, "after the scenarios, run memory mode too (--keys, --mem-kinds) and report both in one file")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -104,6 +114,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.Rev != "" && c.CellserverBin != "" {
 		return c, fmt.Errorf("--rev and --cellserver-bin exclude each other")
+	}
+	if c.BaselineRev != "" && c.BaselineBin != "" {
+		return c, fmt.Errorf("--baseline-rev and --baseline-bin exclude each other")
+	}
+	for _, k := range strings.Split(c.MemKinds, ",") {
+		if _, ok := memKinds[strings.TrimSpace(k)]; !ok {
+			return c, fmt.Errorf("--mem-kinds: unknown kind %q (want gcra, fw, swc)", k)
+		}
+	}
+	if len(strings.Fields(c.MemLimit)) != 2 {
+		return c, fmt.Errorf("--mem-limit-params %q: want \"limit window_s\"", c.MemLimit)
 	}
 	if c.Rounds < 1 || c.Rounds > 100 {
 		return c, fmt.Errorf("--rounds must be 1..100")
@@ -200,12 +221,26 @@ func run() int {
 			return 1
 		}
 	}
+	baseBin, baseName := cfg.BaselineBin, ""
+	switch {
+	case baseBin != "":
+		machine.Baseline, baseName = "binary "+baseBin, sysCell+"@"+filepath.Base(baseBin)
+	case cfg.BaselineRev != "":
+		logf("building the baseline ./cmd/cellserver at %s (CGO_ENABLED=0)", cfg.BaselineRev)
+		var commit string
+		if baseBin, commit, err = bench.BuildCellserverRev(repo, cfg.BaselineRev, filepath.Join(tmp, "baseline")); err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			return 1
+		}
+		machine.Baseline = fmt.Sprintf("commit %s (--baseline-rev %s)", commit, cfg.BaselineRev)
+		baseName = sysCell + "@" + commit[:7]
+	}
 	serverArgs, err := bench.SplitArgs(cfg.ServerArgs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare: --server-args:", err)
 		return 2
 	}
-	env := &env{cfg: cfg, bin: bin, serverArgs: serverArgs, tmp: tmp, machine: machine}
+	env := &env{cfg: cfg, bin: bin, baseBin: baseBin, baseName: baseName, serverArgs: serverArgs, tmp: tmp, machine: machine}
 
 	stamp := time.Now().Format("20060102-150405")
 	var report string
@@ -225,6 +260,14 @@ func run() int {
 				return 1
 			}
 			// Partial results are still worth writing.
+		}
+		if cfg.WithMemory && ctx.Err() == nil {
+			mres, _, merr := runMemory(ctx, env)
+			if merr != nil {
+				fmt.Fprintln(os.Stderr, "compare: memory:", merr)
+			}
+			res.Memory = mres
+			rep = finish(res)
 		}
 		result, report, stamp = res, rep, "compare-"+stamp
 	}
@@ -251,6 +294,8 @@ func run() int {
 type env struct {
 	cfg        config
 	bin        string
+	baseBin    string // --baseline-rev or --baseline-bin; "" without one
+	baseName   string // its system name, cellserver@<commit>
 	serverArgs []string
 	tmp        string
 	machine    bench.Machine
@@ -264,8 +309,12 @@ func (e *env) dir(name string) string {
 }
 
 func (e *env) startCellserver(name string) (*bench.Proc, error) {
+	return e.startBinary(e.bin, name)
+}
+
+func (e *env) startBinary(bin, name string) (*bench.Proc, error) {
 	return bench.StartCellserver(bench.CellserverOptions{
-		Binary: e.bin, Dir: e.dir(name), Args: e.serverArgs, GCTrace: e.cfg.GCTrace, Name: name,
+		Binary: bin, Dir: e.dir(name), Args: e.serverArgs, GCTrace: e.cfg.GCTrace, Name: name,
 	})
 }
 

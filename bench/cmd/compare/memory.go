@@ -14,6 +14,7 @@ import (
 // memRow is what memory mode measured for one system at one key count.
 type memRow struct {
 	System    string   `json:"system"`
+	Kind      string   `json:"kind,omitempty"` // gcra, fw or swc; "" in older results: gcra
 	Keys      int      `json:"keys"`
 	KeyBytes  int      `json:"key_bytes"`
 	Command   []string `json:"command"`
@@ -55,6 +56,11 @@ type memoryResult struct {
 
 const memPrefix = "mem:" // + 12 digits = 16-byte keys
 
+// memKinds are the key kinds of --mem-kinds: gcra is loaded with
+// CL.THROTTLE (and is the only kind the Redis references have), fw and swc
+// with CL.LIMIT <key> FW|SWC <limit> <window_s>.
+var memKinds = map[string]string{"gcra": "", "fw": "FW", "swc": "SWC"}
+
 func runMemory(ctx context.Context, e *env) (*memoryResult, string, error) {
 	e.cfg.GCTrace = true // the GC pauses are part of what this mode reports
 	res := &memoryResult{Kind: "memory", Started: time.Now(), Machine: e.machine, Config: e.cfg, Cellserver: e.commandLine(),
@@ -67,25 +73,29 @@ func runMemory(ctx context.Context, e *env) (*memoryResult, string, error) {
 		}
 		counts = append(counts, n)
 	}
-	params := strings.Fields(e.cfg.MemParams)
-	for _, n := range counts {
-		systems := []string{sysCell}
-		if e.cfg.MemRedis {
-			systems = append(systems, sysLua)
+	type job struct{ system, kind string }
+	var jobs []job
+	for _, k := range strings.Split(e.cfg.MemKinds, ",") {
+		k = strings.TrimSpace(k)
+		jobs = append(jobs, job{sysCell, k})
+		if k == "gcra" && e.cfg.MemRedis {
+			jobs = append(jobs, job{sysLua, k})
 			if e.cfg.RedisCell != "" {
-				systems = append(systems, sysRedisCell)
+				jobs = append(jobs, job{sysRedisCell, k})
 			}
 		}
-		for _, name := range systems {
+	}
+	for _, n := range counts {
+		for _, j := range jobs {
 			if ctx.Err() != nil {
 				res.LoadEnd = bench.LoadAvg()
 				return res, memoryReport(res), ctx.Err()
 			}
-			row, err := memoryOne(ctx, e, name, n, params)
+			row, err := memoryOne(ctx, e, j.system, j.kind, n)
 			res.Rows = append(res.Rows, row)
 			if err != nil {
 				row.Error = err.Error()
-				logf("   %s at %d keys FAILED: %v", name, n, err)
+				logf("   %s %s at %d keys FAILED: %v", j.system, j.kind, n, err)
 			}
 		}
 	}
@@ -93,16 +103,21 @@ func runMemory(ctx context.Context, e *env) (*memoryResult, string, error) {
 	return res, memoryReport(res), nil
 }
 
-func memoryOne(ctx context.Context, e *env, name string, n int, params []string) (*memRow, error) {
-	row := &memRow{System: name, Keys: n, KeyBytes: len(bench.KeyName(nil, memPrefix, 0))}
-	logf("== memory: %s with %d keys of %d bytes", name, n, row.KeyBytes)
+func memoryOne(ctx context.Context, e *env, name, kind string, n int) (*memRow, error) {
+	params := strings.Fields(e.cfg.MemParams)
+	row := &memRow{System: name, Kind: kind, Keys: n, KeyBytes: len(bench.KeyName(nil, memPrefix, 0))}
+	logf("== memory: %s, %s keys: %d keys of %d bytes", name, kind, n, row.KeyBytes)
 	var p *bench.Proc
 	var err error
 	var argv func(key string) []string
 	switch name {
 	case sysCell:
-		p, err = e.startCellserver("cellserver-mem")
+		p, err = e.startCellserver("cellserver-mem-" + kind)
 		argv = func(key string) []string { return append([]string{"CL.THROTTLE", key}, params...) }
+		if alg := memKinds[kind]; alg != "" {
+			lp := strings.Fields(e.cfg.MemLimit)
+			argv = func(key string) []string { return append([]string{"CL.LIMIT", key, alg}, lp...) }
+		}
 	case sysLua, sysRedisCell:
 		module := ""
 		if name == sysRedisCell {
@@ -129,6 +144,9 @@ func memoryOne(ctx context.Context, e *env, name string, n int, params []string)
 	row.Command = argv(memPrefix + "__rand_int__")
 
 	time.Sleep(time.Second)
+	if memKinds[kind] != "" {
+		alignWindow(ctx, strings.Fields(e.cfg.MemLimit)[1])
+	}
 	row.RSSBefore, _ = p.RSS()
 	row.HeapBefore, _ = bench.InfoField(p.Addr, "memory", "used_memory")
 
@@ -188,6 +206,29 @@ func memoryOne(ctx context.Context, e *env, name string, n int, params []string)
 	return row, nil
 }
 
+// alignWindow waits for the start of the next window when less than 9/10 of
+// the current one is left: FW windows are aligned to the Unix epoch (FW n 60
+// is per UTC minute) and their keys expire when it ends, so a load that
+// straddled an edge would lose the keys loaded before it. Windows longer
+// than 10 minutes are not waited for.
+func alignWindow(ctx context.Context, windowS string) {
+	w, err := strconv.Atoi(windowS)
+	if err != nil || w < 1 || w > 600 {
+		return
+	}
+	win := time.Duration(w) * time.Second
+	now := time.Now()
+	left := now.Truncate(win).Add(win).Sub(now)
+	if left >= win*9/10 {
+		return
+	}
+	logf("   waiting %.0fs for the next %ds window, so no key expires before it is measured", left.Seconds(), w)
+	select {
+	case <-ctx.Done():
+	case <-time.After(left + 200*time.Millisecond):
+	}
+}
+
 func memoryReport(r *memoryResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n# cellserver memory per key (%s)\n\n", r.Started.Format("2006-01-02 15:04 MST"))
@@ -196,14 +237,14 @@ func memoryReport(r *memoryResult) string {
 	b.WriteString(r.Machine.String())
 	fmt.Fprintf(&b, "- load average at start: %s, at end: %s\n", r.LoadStart, r.LoadEnd)
 	fmt.Fprintf(&b, "\nServers: `%s`; `redis-server --save '' --appendonly no` + GCRA Lua. Each key count on fresh servers.\n", r.Cellserver)
-	fmt.Fprintf(&b, "Keys: `%s000000000000`.. (16 bytes), one `%s` call each, pipelined 256 deep over 4 connections.\n\n",
-		memPrefix, strings.Join(firstCommand(r), " "))
+	fmt.Fprintf(&b, "Keys: `%s000000000000`.. (16 bytes), one call each, pipelined 256 deep over 4 connections: %s.\n\n",
+		memPrefix, strings.Join(memCommands(r), "; "))
 
-	b.WriteString("| system | keys | dbsize | RSS before | RSS after load | RSS B/key | RSS B/key after run | used_memory B/key | Go live heap B/key | key table B/key | load keys/s | GC during load: cycles, STW p99 / max ms |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| system | kind | keys | dbsize | RSS before | RSS after load | RSS B/key | RSS B/key after run | used_memory B/key | Go live heap B/key | key table B/key | load keys/s | GC during load: cycles, STW p99 / max ms |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Rows {
 		if x.Error != "" && x.Load.Keys == 0 {
-			fmt.Fprintf(&b, "| %s | %d | failed: %s | | | | | | | | | |\n", x.System, x.Keys, firstLine(x.Error))
+			fmt.Fprintf(&b, "| %s | %s | %d | failed: %s | | | | | | | | | |\n", x.System, x.kind(), x.Keys, firstLine(x.Error))
 			continue
 		}
 		kt, gc, live, after := "-", "-", "-", "-"
@@ -215,12 +256,12 @@ func memoryReport(r *memoryResult) string {
 			live = fmt.Sprintf("%.1f", x.LiveHeapPerKey)
 			gc = fmt.Sprintf("%d, %.3f / %.3f", x.LoadGC.Cycles, x.LoadGC.PauseP99MS, x.LoadGC.PauseMaxMS)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %.1f | %s | %.1f | %s | %s | %s | %s |\n", x.System, x.Keys, x.DBSize,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %.1f | %s | %.1f | %s | %s | %s | %s |\n", x.System, x.kind(), x.Keys, x.DBSize,
 			mb(x.RSSBefore), mb(x.RSSLoaded), x.RSSPerKey, after, x.HeapPerKey, live, kt, kilo(x.Load.Rate), gc)
 	}
 	b.WriteString("\nLoad run over the loaded keys (`redis-benchmark -c 50 -P 16 -r <keys>`, same command):\n\n")
-	b.WriteString("| system | keys | rps | p50 ms | p99 ms | p99.9 ms | max ms | server CPU µs/op | GC cycles | GC STW p99 ms | GC STW max ms | RSS after run | others' CPU |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| system | kind | keys | rps | p50 ms | p99 ms | p99.9 ms | max ms | server CPU µs/op | GC cycles | GC STW p99 ms | GC STW max ms | RSS after run | others' CPU |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Rows {
 		if x.Run.RPS == 0 {
 			continue
@@ -231,21 +272,34 @@ func memoryReport(r *memoryResult) string {
 			p99 = fmt.Sprintf("%.3f", x.Run.GC.PauseP99MS)
 			mx = fmt.Sprintf("%.3f", x.Run.GC.PauseMaxMS)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %.3f | %.3f | %.3f | %.3f | %.2f | %s | %s | %s | %s | %.2f |\n", x.System, x.Keys,
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.3f | %.3f | %.3f | %.3f | %.2f | %s | %s | %s | %s | %.2f |\n", x.System, x.kind(), x.Keys,
 			kilo(x.Run.RPS), x.Run.P50MS, x.Run.P99MS, x.Run.P999MS, x.Run.MaxMS, x.Run.CPUPerOp, cyc, p99, mx, mb(x.RSSRun), x.Run.Others)
 	}
-	b.WriteString("\nTargets (issue #4, at 10M keys): at most 64 B of RSS per key; GC pauses do not show in p99 " +
-		"(compare the STW p99/max with the run's p99).\n")
+	b.WriteString("\nTargets at 10M keys: issue #4, at most 64 B of RSS per key and GC pauses that do not show in p99 " +
+		"(compare the STW p99/max with the run's p99); issue #16, at most 58 B per GCRA key, FW and SWC keys reported. " +
+		"A dbsize below keys means keys expired before the measurement.\n")
 	return b.String()
 }
 
-func firstCommand(r *memoryResult) []string {
+func (x *memRow) kind() string {
+	if x.Kind == "" {
+		return "gcra"
+	}
+	return x.Kind
+}
+
+// memCommands lists each kind's loading command once.
+func memCommands(r *memoryResult) []string {
+	var out []string
+	seen := map[string]bool{}
 	for _, x := range r.Rows {
-		if x.System == sysCell && len(x.Command) > 0 {
-			return x.Command
+		k := x.System + "/" + x.kind()
+		if !seen[k] && len(x.Command) > 0 {
+			seen[k] = true
+			out = append(out, fmt.Sprintf("%s %s `%s`", x.System, x.kind(), strings.Join(x.Command, " ")))
 		}
 	}
-	return []string{"CL.THROTTLE", "<key>", r.Config.MemParams}
+	return out
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/(1<<20)) }

@@ -38,7 +38,11 @@ func report(r *compareResult) string {
 	for _, sc := range r.Scenarios {
 		b.WriteString(scenarioTable(r, sc))
 	}
+	if r.Memory != nil {
+		b.WriteString(strings.Replace(memoryReport(r.Memory), "\n# ", "\n## ", 1))
+	}
 	b.WriteString(targets(r))
+	b.WriteString(issue16(r))
 	return b.String()
 }
 
@@ -48,6 +52,9 @@ func scenarioTable(r *compareResult, sc *scenarioResult) string {
 	fmt.Fprintf(&b, "\n## %s: %s\n\n", s.Name, s.Title)
 	if len(sc.Systems) > 0 {
 		cmd := strings.Join(sc.Systems[0].Command, " ")
+		if s.Limit != nil {
+			cmd = strings.Join(s.Limit, " ") + "` against `" + cmd
+		}
 		ks := ""
 		if s.Keyspace > 0 {
 			ks = fmt.Sprintf(" -r %d", s.Keyspace)
@@ -65,6 +72,10 @@ func scenarioTable(r *compareResult, sc *scenarioResult) string {
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, sys := range sc.Systems {
 		m := sys.Median
+		if sys.Skipped != "" {
+			fmt.Fprintf(&b, "| %s | skipped: %s | | | | | | | | |\n", sys.System, firstLine(sys.Skipped))
+			continue
+		}
 		if !m.OK {
 			fmt.Fprintf(&b, "| %s | failed | | | | | | | | |\n", sys.System)
 			continue
@@ -76,8 +87,15 @@ func scenarioTable(r *compareResult, sc *scenarioResult) string {
 		fmt.Fprintf(&b, "| %s | %s | %s-%s | %.3f | %.3f | %.3f | %.2f | %.2f | %s | %.2f |\n",
 			sys.System, kilo(m.RPS), kilo(m.RPSMin), kilo(m.RPSMax), m.P50, m.P99, m.P999, m.CPUPerOp, m.BenchCPU, gc, m.Others)
 	}
-	var notes []string
-	if s.Ping {
+	notes := append([]string(nil), sc.Notes...)
+	if s.Limit != nil {
+		if rs := pairRatios(sc, sysCellLimit, sysCellThrottle, rps); len(rs) > 0 {
+			notes = append(notes, fmt.Sprintf("CL.LIMIT / CL.THROTTLE rps, same server, round by round: %s (median %.2fx)", fmtRatios(rs), median(rs)))
+		}
+		if rs := pairRatios(sc, sysCellLimit, sysCellThrottle, cpuPerOp); len(rs) > 0 {
+			notes = append(notes, fmt.Sprintf("CL.LIMIT / CL.THROTTLE server CPU/op, round by round: %s (median %.2fx)", fmtRatios(rs), median(rs)))
+		}
+	} else if s.Ping {
 		if c, err := r.find(s.Name, sysCellPing); err == nil {
 			if p, err := r.find(s.Name, sysPing); err == nil {
 				notes = append(notes, fmt.Sprintf("cellserver PING / redis-server PING: rps %s", ratio(c.RPS, p.RPS)))
@@ -93,6 +111,17 @@ func scenarioTable(r *compareResult, sc *scenarioResult) string {
 			}
 		}
 	} else if c, err := r.find(s.Name, sysCell); err == nil {
+		if r.Baseline != "" {
+			if x, err := r.find(s.Name, r.Baseline); err == nil {
+				notes = append(notes, fmt.Sprintf("cellserver / %s: rps %s, p99 %s, CPU/op %s (medians)",
+					r.Baseline, ratio(c.RPS, x.RPS), ratio(c.P99, x.P99), ratio(c.CPUPerOp, x.CPUPerOp)))
+				if rs := pairRatios(sc, sysCell, r.Baseline, rps); len(rs) > 0 {
+					notes = append(notes, fmt.Sprintf("cellserver / %s round by round: rps %s (median %.2fx); CPU/op %s (median %.2fx)",
+						r.Baseline, fmtRatios(rs), median(rs), fmtRatios(pairRatios(sc, sysCell, r.Baseline, cpuPerOp)),
+						median(pairRatios(sc, sysCell, r.Baseline, cpuPerOp))))
+				}
+			}
+		}
 		for _, ref := range []string{sysLua, sysRedisCell} {
 			if x, err := r.find(s.Name, ref); err == nil {
 				notes = append(notes, fmt.Sprintf("cellserver / %s: rps %s, p99 %s, CPU/op %s",
@@ -236,16 +265,42 @@ func flatRatios(sr *scenarioResult) []float64 {
 	if len(sr.Systems) != 2 {
 		return nil
 	}
+	return runRatios(sr.Systems[1], sr.Systems[0], cpuPerOp)
+}
+
+func rps(r runResult) float64      { return r.RPS }
+func cpuPerOp(r runResult) float64 { return r.CPUPerOp }
+
+// pairRatios returns, for each measured round both systems completed,
+// metric of system a over metric of system b in that round: runs seconds
+// apart, so the machine's drift over minutes cancels out of each ratio.
+func pairRatios(sr *scenarioResult, a, b string, metric func(runResult) float64) []float64 {
+	var x, y *systemResult
+	for _, s := range sr.Systems {
+		switch s.System {
+		case a:
+			x = s
+		case b:
+			y = s
+		}
+	}
+	if x == nil || y == nil {
+		return nil
+	}
+	return runRatios(x, y, metric)
+}
+
+func runRatios(a, b *systemResult, metric func(runResult) float64) []float64 {
 	byRound := map[int]float64{}
-	for _, r := range sr.Systems[0].Runs {
-		if r.Round > 0 && r.Error == "" && r.CPUPerOp > 0 {
-			byRound[r.Round] = r.CPUPerOp
+	for _, r := range b.Runs {
+		if r.Round > 0 && r.Error == "" && metric(r) > 0 {
+			byRound[r.Round] = metric(r)
 		}
 	}
 	var out []float64
-	for _, r := range sr.Systems[1].Runs {
-		if small, ok := byRound[r.Round]; ok && r.Error == "" && r.CPUPerOp > 0 { // byRound has no warm-up
-			out = append(out, r.CPUPerOp/small)
+	for _, r := range a.Runs {
+		if d, ok := byRound[r.Round]; ok && r.Error == "" && metric(r) > 0 { // byRound has no warm-up
+			out = append(out, metric(r)/d)
 		}
 	}
 	return out
@@ -258,4 +313,101 @@ func fmtRatios(xs []float64) string {
 		parts[i] = fmt.Sprintf("%.2fx", x)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// issue16 checks the figures issue #16's acceptance asks of one run: the
+// hot path against the release before the change, CL.LIMIT against
+// CL.THROTTLE, and the RSS per key of each kind at 10M keys. Each ratio is
+// the median of round-by-round ratios (runs seconds apart).
+func issue16(r *compareResult) string {
+	type row struct{ what, got, target, met string }
+	var rows []row
+	verdict := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "no"
+	}
+	if r.Baseline != "" {
+		for _, name := range []string{"rand100k-p1", "rand100k-p16"} {
+			sc := r.scenario(name)
+			c, err1 := r.find(name, sysCell)
+			x, err2 := r.find(name, r.Baseline)
+			if sc == nil || err1 != nil || err2 != nil {
+				continue
+			}
+			depth := sc.Scenario.Pipeline
+			if rs := pairRatios(sc, sysCell, r.Baseline, rps); len(rs) > 0 {
+				m := median(rs)
+				rows = append(rows, row{fmt.Sprintf("depth %d: CL.THROTTLE rps, this tree / %s (%s)", depth, r.Baseline, name),
+					fmt.Sprintf("%s / %s rps: %.2fx (rounds %s)", kilo(c.RPS), kilo(x.RPS), m, fmtRatios(rs)), "≥ 0.95x", verdict(m >= 0.95)})
+			}
+			if rs := pairRatios(sc, sysCell, r.Baseline, cpuPerOp); len(rs) > 0 {
+				m := median(rs)
+				rows = append(rows, row{fmt.Sprintf("depth %d: server CPU/op, this tree / %s (%s)", depth, r.Baseline, name),
+					fmt.Sprintf("%.2f / %.2f µs: %.2fx (rounds %s)", c.CPUPerOp, x.CPUPerOp, m, fmtRatios(rs)), "≤ 1.05x", verdict(m <= 1.05)})
+			}
+		}
+	}
+	for _, t := range []struct {
+		name, what string
+		min        float64
+	}{
+		{"limit-fw-p16", "depth 16: CL.LIMIT one FW limit / CL.THROTTLE rps", 0.9},
+		{"limit-swc-p16", "depth 16: CL.LIMIT one SWC limit / CL.THROTTLE rps", 0.9},
+		{"limit2-p16", "depth 16: CL.LIMIT two FW limits on two shards / CL.THROTTLE rps", 0.5},
+	} {
+		sc := r.scenario(t.name)
+		if sc == nil {
+			continue
+		}
+		l, err1 := r.find(t.name, sysCellLimit)
+		c, err2 := r.find(t.name, sysCellThrottle)
+		rs := pairRatios(sc, sysCellLimit, sysCellThrottle, rps)
+		if err1 != nil || err2 != nil || len(rs) == 0 {
+			rows = append(rows, row{t.what, "not measured", fmt.Sprintf("≥ %.1fx", t.min), "-"})
+			continue
+		}
+		m := median(rs)
+		rows = append(rows, row{t.what, fmt.Sprintf("%s / %s rps: %.2fx (rounds %s); CPU/op %.2f / %.2f µs", kilo(l.RPS), kilo(c.RPS), m, fmtRatios(rs),
+			l.CPUPerOp, c.CPUPerOp), fmt.Sprintf("≥ %.1fx", t.min), verdict(m >= t.min)})
+	}
+	if r.Memory != nil {
+		for _, x := range r.Memory.Rows {
+			if x.System != sysCell {
+				continue
+			}
+			what := fmt.Sprintf("RSS per %s key at %s keys (16-byte keys)", strings.ToUpper(x.kind()), strings.ToUpper(short(x.Keys)))
+			if x.Error != "" || x.RSSLoaded == 0 {
+				rows = append(rows, row{what, "failed: " + firstLine(x.Error), "", "-"})
+				continue
+			}
+			got := fmt.Sprintf("%.1f B (dbsize %d; %.1f B after the load run)", x.RSSPerKey, x.DBSize, x.RSSRunPerKey)
+			target, met := "reported", "-"
+			if x.kind() == "gcra" {
+				target, met = "≤ 58 B", verdict(x.RSSPerKey <= 58)
+			}
+			rows = append(rows, row{what, got, target, met})
+		}
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Issue #16 acceptance\n\n| figure | measured | target | met |\n|---|---|---|---|\n")
+	for _, x := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", x.what, x.got, x.target, x.met)
+	}
+	b.WriteString("\nRatios are medians of round-by-round ratios; \"within 5%\" is read as no more than 5% slower or costlier (faster passes).\n")
+	return b.String()
+}
+
+// scenario returns the result of the scenario called name, or nil.
+func (r *compareResult) scenario(name string) *scenarioResult {
+	for _, sc := range r.Scenarios {
+		if sc.Scenario.Name == name {
+			return sc
+		}
+	}
+	return nil
 }

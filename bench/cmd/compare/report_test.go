@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 
+	"github.com/cellserver/cellserver/bench"
 	"github.com/stretchr/testify/require"
 )
 
@@ -44,4 +47,58 @@ func TestReportFlatVerdict(t *testing.T) {
 	out := report(&r)
 	require.Contains(t, out, "median of 2 alternating pairs: "+fmtRatios(rs))
 	require.Contains(t, out, "| "+ratio(median(rs), 1)+" | no |")
+}
+
+// TestUnknownCommandSkips: only Redis's unknown-command reply makes a
+// system sit a scenario out; any other failure still stops the run.
+func TestUnknownCommandSkips(t *testing.T) {
+	err := fmt.Errorf("old: CL.LIMIT k FW 1 1 answered %w", errorReply("ERR unknown command 'CL.LIMIT', with args beginning with: 'k' "))
+	why, ok := unknownCommand(err)
+	require.True(t, ok)
+	require.Equal(t, "ERR unknown command 'CL.LIMIT'", why)
+	_, ok = unknownCommand(fmt.Errorf("x: %w", errorReply("WRONGTYPE Operation against a key holding the wrong kind of value")))
+	require.False(t, ok)
+	_, ok = unknownCommand(errors.New("ERR unknown command 'CL.LIMIT'")) // not a reply
+	require.False(t, ok)
+}
+
+// TestCheckLimitReply accepts CL.LIMIT's seven elements, and not
+// CL.THROTTLE's five integers.
+func TestCheckLimitReply(t *testing.T) {
+	i := func(n int64) bench.Value { return bench.Value{Kind: ':', Int: n} }
+	r5 := bench.Value{Kind: '*', Array: []bench.Value{i(0), i(100), i(99), i(-1), i(60)}}
+	limit := bench.Value{Kind: '*', Array: []bench.Value{i(0), i(100), i(99), i(-1), i(60), i(0), {Kind: '*', Array: []bench.Value{r5}}}}
+	require.NoError(t, checkLimitReply(limit))
+	require.Error(t, checkLimitReply(r5))
+	require.NoError(t, checkThrottleReply(r5))
+	require.Error(t, checkThrottleReply(limit))
+}
+
+// TestIssue16Ratios: the acceptance table takes each ratio as the median
+// of the rounds' ratios, and a skipped system leaves its row unmeasured.
+func TestIssue16Ratios(t *testing.T) {
+	runs := func(rps ...float64) []runResult {
+		out := []runResult{{Round: 0, RPS: 1, CPUPerOp: 1}}
+		for k, x := range rps {
+			out = append(out, runResult{Round: k + 1, RPS: x, CPUPerOp: 1e6 / x})
+		}
+		return out
+	}
+	sys := func(name string, rps ...float64) *systemResult {
+		s := &systemResult{System: name, Runs: runs(rps...)}
+		s.Median = summarize(s.Runs)
+		return s
+	}
+	r := &compareResult{Baseline: "cellserver@f4e336a", Scenarios: []*scenarioResult{
+		{Scenario: scenario{Name: "rand100k-p16", Pipeline: 16}, Systems: []*systemResult{
+			sys(sysCell, 300, 200, 400), sys("cellserver@f4e336a", 310, 210, 300)}},
+		{Scenario: scenario{Name: "limit-fw-p16", Pipeline: 16, Limit: []string{"CL.LIMIT"}}, Systems: []*systemResult{
+			sys(sysCellThrottle, 100, 100, 100), sys(sysCellLimit, 95, 80, 91)}},
+		{Scenario: scenario{Name: "limit2-p16", Pipeline: 16, Limit: []string{"CL.LIMIT"}}, Systems: []*systemResult{
+			sys(sysCellThrottle, 100), {System: sysCellLimit, Skipped: "ERR unknown command 'CL.LIMIT'"}}},
+	}}
+	out := issue16(r)
+	require.Contains(t, out, "300 / 300 rps: 0.97x (rounds 0.97x, 0.95x, 1.33x) | ≥ 0.95x | yes |")
+	require.Contains(t, out, "0.91x (rounds 0.95x, 0.80x, 0.91x)")
+	require.Contains(t, out, "two shards / CL.THROTTLE rps | not measured |")
 }
