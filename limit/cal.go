@@ -315,7 +315,7 @@ func zoneEnd(tm time.Time) int64 {
 	return time.Date(tm.UTC().Year()+1, time.January, 1, 0, 0, 0, 0, time.UTC).Unix()
 }
 
-func parseCAL(raw *rawLimit, _ bool) (Limit, uint32, error) {
+func parseCAL(raw rawLimit, _ bool) (Limit, uint32, error) {
 	lim, err := parseRange(raw.args[0], "limit", 1, MaxValue)
 	if err != nil {
 		return nil, 0, err

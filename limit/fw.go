@@ -121,12 +121,12 @@ func (l FW) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, in
 	return s.appendTo(dst), x.start + x.w, nil
 }
 
-func parseFW(raw *rawLimit, ms bool) (Limit, uint32, error) {
-	lim, w, cost, err := parseLimitWindow(raw, ms)
+func parseFW(raw rawLimit, ms bool) (Limit, uint32, error) {
+	lim, w, cost, err := parseLimitWindow(&raw, ms)
 	if err != nil {
 		return nil, 0, err
 	}
-	return FW{Limit: lim, Window: w}, cost, nil
+	return intern(internKey{kind: KindFW, a: lim, w: w}), cost, nil
 }
 
 // FWState is a fixed window's count.

@@ -103,7 +103,7 @@ func (l GCRA) throttle(state []byte, now int64, cost uint32, ms bool) (gcra.Resu
 }
 
 // parseGCRA: max_burst, count, period, then cost, then the interval.
-func parseGCRA(raw *rawLimit, ms bool) (Limit, uint32, error) {
+func parseGCRA(raw rawLimit, ms bool) (Limit, uint32, error) {
 	burst, err := parseRange(raw.args[0], "max_burst", 0, MaxValue)
 	if err != nil {
 		return nil, 0, err
@@ -124,7 +124,7 @@ func parseGCRA(raw *rawLimit, ms bool) (Limit, uint32, error) {
 	if l.Interval() == 0 {
 		return nil, 0, ErrRateTooHigh
 	}
-	return l, cost, nil
+	return intern(internKey{kind: KindGCRA, a: l.MaxBurst, b: l.Count, w: l.Period}), cost, nil
 }
 
 // GCRAState is CL.THROTTLE's state: the theoretical arrival time.

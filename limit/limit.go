@@ -74,7 +74,9 @@ type algorithm struct {
 	nargs int    // positional arguments after the type token
 	// parse checks the positional arguments, then the cost (via
 	// raw.parseCost), then anything else of its own (spec §2.1 step 3).
-	parse func(raw *rawLimit, ms bool) (Limit, uint32, error)
+	// raw is passed by value: a pointer through this func value would
+	// make every call's raw limits escape to the heap.
+	parse func(raw rawLimit, ms bool) (Limit, uint32, error)
 	// decode decodes the fields after the two-byte header.
 	decode func(body []byte) (State, error)
 }

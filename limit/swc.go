@@ -148,12 +148,12 @@ func (l SWC) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, i
 	return s.appendTo(dst), v.start + 2*v.w, nil
 }
 
-func parseSWC(raw *rawLimit, ms bool) (Limit, uint32, error) {
-	lim, w, cost, err := parseLimitWindow(raw, ms)
+func parseSWC(raw rawLimit, ms bool) (Limit, uint32, error) {
+	lim, w, cost, err := parseLimitWindow(&raw, ms)
 	if err != nil {
 		return nil, 0, err
 	}
-	return SWC{Limit: lim, Window: w}, cost, nil
+	return intern(internKey{kind: KindSWC, a: lim, w: w}), cost, nil
 }
 
 // SWCState is a sliding-window counter's two counts.

@@ -213,15 +213,15 @@ func satCost(v uint64) uint32 {
 	return uint32(v)
 }
 
-func parseSWL(raw *rawLimit, ms bool) (Limit, uint32, error) {
-	lim, w, cost, err := parseLimitWindow(raw, ms)
+func parseSWL(raw rawLimit, ms bool) (Limit, uint32, error) {
+	lim, w, cost, err := parseLimitWindow(&raw, ms)
 	if err != nil {
 		return nil, 0, err
 	}
 	if lim > MaxSWLLimit {
 		return nil, 0, ErrSWLLimit
 	}
-	return SWL{Limit: lim, Window: w}, cost, nil
+	return intern(internKey{kind: KindSWL, a: lim, w: w}), cost, nil
 }
 
 // SWLState is a sliding-window log.
