@@ -24,9 +24,9 @@ type LimitReq struct {
 	// or a state that does not decode (limit.ErrCorrupt).
 	Err error
 
-	buf  []byte
-	gcra [limit.MaxLimits][gcraStateLen]byte // GCRA TATs encoded for Decide
-	eis  [limit.MaxLimits]int64
+	buf   []byte
+	local [limit.MaxLimits][limit.SWCStateLen]byte // states kept in their entries, encoded for Decide
+	eis   [limit.MaxLimits]int64
 }
 
 // Shards returns the shards of the call's keys, ascending, without
@@ -62,7 +62,7 @@ func (r *LimitReq) decide(shardOf func(key []byte) *shard, now int64) {
 		r.eis[i] = sh.find(s.Key, hashes[i], nowMs)
 		states[i] = nil
 		if r.eis[i] >= 0 {
-			states[i] = sh.t.state(sh.t.at(uint32(r.eis[i])), r.gcra[i][:0])
+			states[i] = sh.t.state(sh.t.at(uint32(r.eis[i])), r.local[i][:0])
 		}
 	}
 	d, buf, err := limit.Decide(specs, states[:len(specs)], now, r.Call.Options, r.Results[:len(specs)], r.buf[:0])
@@ -85,7 +85,7 @@ func (r *LimitReq) decide(shardOf func(key []byte) *shard, now int64) {
 		sh := shardOf(s.Key)
 		ei := r.eis[i]
 		if ei < 0 {
-			ei = int64(sh.t.insertHash(s.Key, hashes[i]))
+			ei = int64(sh.t.insertFor(s.Key, hashes[i], limit.KindOf(res.State)))
 		}
 		sh.setState(uint32(ei), res.State, res.ExpireAt)
 		sh.markDirty(uint32(ei))
