@@ -421,3 +421,13 @@ func (s CALState) merge(other State, _ int64) (State, int64) {
 	m := pickLater(s, o, s.StartMS, o.StartMS, s.EndMS-s.StartMS, o.EndMS-o.StartMS).(CALState)
 	return m, m.EndMS
 }
+
+// charge: Eval, then AppendCharged (see Limit).
+func (l CAL) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
+	r, err := l.Eval(state, now, cost, ms)
+	if err != nil || !write || r.Limited {
+		return r, dst, 0, err
+	}
+	dst, exp, err := l.AppendCharged(dst, state, now, cost)
+	return r, dst, exp, err
+}

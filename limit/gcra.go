@@ -190,3 +190,13 @@ func utoa(v uint64) string {
 	}
 	return itoa(int64(v/10)) + string(rune('0'+v%10))
 }
+
+// charge: Eval, then AppendCharged (see Limit).
+func (l GCRA) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
+	r, err := l.Eval(state, now, cost, ms)
+	if err != nil || !write || r.Limited {
+		return r, dst, 0, err
+	}
+	dst, exp, err := l.AppendCharged(dst, state, now, cost)
+	return r, dst, exp, err
+}

@@ -147,6 +147,12 @@ type Limit interface {
 	// with the error the grammar would give with MS (durations in ms).
 	Validate() error
 
+	// charge is Eval and, if write and the R5 admits, AppendCharged in one
+	// pass over the state: Decide's step for each limit. It returns the
+	// R5, dst with the charged state appended (dst itself when nothing
+	// is), and the new expiry.
+	charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error)
+
 	sealed() // only this package's types are limits
 }
 

@@ -338,3 +338,13 @@ func (s SWLState) expireAt(now int64) int64 {
 	}
 	return s.newestTS() + s.WindowMS
 }
+
+// charge: Eval, then AppendCharged (see Limit).
+func (l SWL) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
+	r, err := l.Eval(state, now, cost, ms)
+	if err != nil || !write || r.Limited {
+		return r, dst, 0, err
+	}
+	dst, exp, err := l.AppendCharged(dst, state, now, cost)
+	return r, dst, exp, err
+}
