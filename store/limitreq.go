@@ -27,6 +27,9 @@ type LimitReq struct {
 	buf   []byte
 	local [limit.MaxLimits][limit.SWCStateLen]byte // states kept in their entries, encoded for Decide
 	eis   [limit.MaxLimits]int64
+	// Per-call scratch, kept here so a call does not zero it on the stack.
+	states [limit.MaxLimits][]byte
+	hashes [limit.MaxLimits]uint64
 }
 
 // Shards returns the shards of the call's keys, ascending, without
@@ -54,8 +57,7 @@ func (r *LimitReq) decide(shardOf func(key []byte) *shard, now int64) {
 	r.Err = nil
 	specs := r.Call.Limits
 	nowMs := floorMs(now)
-	var states [limit.MaxLimits][]byte
-	var hashes [limit.MaxLimits]uint64
+	states, hashes := &r.states, &r.hashes
 	for i, s := range specs {
 		sh := shardOf(s.Key)
 		hashes[i] = sh.t.hash(s.Key)
@@ -67,6 +69,9 @@ func (r *LimitReq) decide(shardOf func(key []byte) *shard, now int64) {
 	}
 	d, buf, err := limit.Decide(specs, states[:len(specs)], now, r.Call.Options, r.Results[:len(specs)], r.buf[:0])
 	r.buf = buf
+	for i := range specs {
+		states[i] = nil // no reference into the tables past the call
+	}
 	if err != nil {
 		if errors.Is(err, limit.ErrWrongType) {
 			err = ErrWrongType
