@@ -107,3 +107,16 @@ func BenchmarkParseLimit(b *testing.B) {
 		sinkCall, _ = ParseLimit(args)
 	}
 }
+
+// BenchmarkParseLimit1 is the common single-limit call, its limit interned.
+func BenchmarkParseLimit1(b *testing.B) {
+	for _, c := range []string{"CL.LIMIT k:1 FW 100 60", "CL.LIMIT k:1 SWC 100 60 COST 2"} {
+		b.Run(c, func(b *testing.B) {
+			args := argv(c)
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkCall, _ = ParseLimit(args)
+			}
+		})
+	}
+}

@@ -315,7 +315,7 @@ func zoneEnd(tm time.Time) int64 {
 	return time.Date(tm.UTC().Year()+1, time.January, 1, 0, 0, 0, 0, time.UTC).Unix()
 }
 
-func parseCAL(raw *rawLimit, _ bool) (Limit, uint32, error) {
+func parseCAL(raw rawLimit, _ bool) (Limit, uint32, error) {
 	lim, err := parseRange(raw.args[0], "limit", 1, MaxValue)
 	if err != nil {
 		return nil, 0, err
@@ -420,4 +420,14 @@ func (s CALState) merge(other State, _ int64) (State, int64) {
 	}
 	m := pickLater(s, o, s.StartMS, o.StartMS, s.EndMS-s.StartMS, o.EndMS-o.StartMS).(CALState)
 	return m, m.EndMS
+}
+
+// charge: Eval, then AppendCharged (see Limit).
+func (l CAL) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
+	r, err := l.Eval(state, now, cost, ms)
+	if err != nil || !write || r.Limited {
+		return r, dst, 0, err
+	}
+	dst, exp, err := l.AppendCharged(dst, state, now, cost)
+	return r, dst, exp, err
 }

@@ -48,39 +48,37 @@ func Decide(specs []Spec, states [][]byte, now int64, opt Options, res []Result,
 			}
 		}
 	}
+	// Each limit is evaluated and, while the call may still be admitted,
+	// charged in the same pass (one reading of its state); a rejection
+	// drops the charged states.
 	admitted := true
+	var ends [MaxLimits]int
+	start := len(buf)
 	for i := range specs {
-		r, err := specs[i].Limit.Eval(states[i], now, specs[i].Cost, opt.MS)
+		write := admitted && !opt.Peek && specs[i].Cost > 0
+		r, b, exp, err := specs[i].Limit.charge(buf, states[i], now, specs[i].Cost, opt.MS, write)
 		if err != nil {
 			return Decision{}, buf, err
 		}
 		res[i] = Result{R5: r}
+		if write && !r.Limited {
+			buf = b
+			res[i].Write, res[i].ExpireAt = true, exp
+			ends[i] = len(buf)
+		}
 		admitted = admitted && !r.Limited
 	}
 	if !admitted {
-		return rejected(specs, states, now, opt, res[:n], buf)
+		for i := range specs {
+			res[i].Write, res[i].ExpireAt = false, 0
+		}
+		return rejected(specs, states, now, opt, res[:n], buf[:start])
 	}
 	d := Decision{R5: res[0].R5, Index: 1}
 	for i := 1; i < n; i++ {
 		if res[i].Remaining < d.Remaining {
 			d = Decision{R5: res[i].R5, Index: i + 1}
 		}
-	}
-	if opt.Peek {
-		return d, buf, nil
-	}
-	var ends [MaxLimits]int
-	start := len(buf)
-	for i := range specs {
-		if specs[i].Cost == 0 {
-			continue
-		}
-		exp, err := int64(0), error(nil)
-		if buf, exp, err = specs[i].Limit.AppendCharged(buf, states[i], now, specs[i].Cost); err != nil {
-			return Decision{}, buf, err
-		}
-		res[i].Write, res[i].ExpireAt = true, exp
-		ends[i] = len(buf)
 	}
 	// Slice at the end: buf may have moved while it grew.
 	for i := range specs {

@@ -78,6 +78,25 @@ func (l FW) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
 	return windowR5(uint64(l.Limit), x.n, uint64(cost), x.start+x.w-nowMS, ms), nil
 }
 
+// charge: Eval and AppendCharged on one reading of the state (see Limit).
+func (l FW) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
+	body, err := checkState(state, KindFW)
+	if err != nil {
+		return R5{}, dst, 0, err
+	}
+	nowMS := floorMS(now)
+	x, err := l.window(body, nowMS)
+	if err != nil {
+		return R5{}, dst, 0, err
+	}
+	r := windowR5(uint64(l.Limit), x.n, uint64(cost), x.start+x.w-nowMS, ms)
+	if !write || r.Limited || cost == 0 {
+		return r, dst, 0, nil
+	}
+	s := FWState{WindowMS: x.w, StartMS: x.start, Count: satAdd(x.n, uint64(cost))}
+	return r, s.appendTo(dst), x.start + x.w, nil
+}
+
 // windowR5 is FW's and CAL's R5 for count n, a charge of c and toEnd ms
 // from the real now to the window's end.
 func windowR5(lim, n, c uint64, toEnd int64, ms bool) R5 {
@@ -121,12 +140,12 @@ func (l FW) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, in
 	return s.appendTo(dst), x.start + x.w, nil
 }
 
-func parseFW(raw *rawLimit, ms bool) (Limit, uint32, error) {
-	lim, w, cost, err := parseLimitWindow(raw, ms)
+func parseFW(raw rawLimit, ms bool) (Limit, uint32, error) {
+	lim, w, cost, err := parseLimitWindow(&raw, ms)
 	if err != nil {
 		return nil, 0, err
 	}
-	return FW{Limit: lim, Window: w}, cost, nil
+	return intern(internKey{kind: KindFW, a: lim, w: w}), cost, nil
 }
 
 // FWState is a fixed window's count.

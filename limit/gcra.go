@@ -103,7 +103,7 @@ func (l GCRA) throttle(state []byte, now int64, cost uint32, ms bool) (gcra.Resu
 }
 
 // parseGCRA: max_burst, count, period, then cost, then the interval.
-func parseGCRA(raw *rawLimit, ms bool) (Limit, uint32, error) {
+func parseGCRA(raw rawLimit, ms bool) (Limit, uint32, error) {
 	burst, err := parseRange(raw.args[0], "max_burst", 0, MaxValue)
 	if err != nil {
 		return nil, 0, err
@@ -124,7 +124,7 @@ func parseGCRA(raw *rawLimit, ms bool) (Limit, uint32, error) {
 	if l.Interval() == 0 {
 		return nil, 0, ErrRateTooHigh
 	}
-	return l, cost, nil
+	return intern(internKey{kind: KindGCRA, a: l.MaxBurst, b: l.Count, w: l.Period}), cost, nil
 }
 
 // GCRAState is CL.THROTTLE's state: the theoretical arrival time.
@@ -189,4 +189,14 @@ func utoa(v uint64) string {
 		return itoa(int64(v))
 	}
 	return itoa(int64(v/10)) + string(rune('0'+v%10))
+}
+
+// charge: Eval, then AppendCharged (see Limit).
+func (l GCRA) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
+	r, err := l.Eval(state, now, cost, ms)
+	if err != nil || !write || r.Limited {
+		return r, dst, 0, err
+	}
+	dst, exp, err := l.AppendCharged(dst, state, now, cost)
+	return r, dst, exp, err
 }

@@ -74,7 +74,9 @@ type algorithm struct {
 	nargs int    // positional arguments after the type token
 	// parse checks the positional arguments, then the cost (via
 	// raw.parseCost), then anything else of its own (spec §2.1 step 3).
-	parse func(raw *rawLimit, ms bool) (Limit, uint32, error)
+	// raw is passed by value: a pointer through this func value would
+	// make every call's raw limits escape to the heap.
+	parse func(raw rawLimit, ms bool) (Limit, uint32, error)
 	// decode decodes the fields after the two-byte header.
 	decode func(body []byte) (State, error)
 }
@@ -144,6 +146,12 @@ type Limit interface {
 	// Validate reports whether the parameters are in the spec's ranges,
 	// with the error the grammar would give with MS (durations in ms).
 	Validate() error
+
+	// charge is Eval and, if write and the R5 admits, AppendCharged in one
+	// pass over the state: Decide's step for each limit. It returns the
+	// R5, dst with the charged state appended (dst itself when nothing
+	// is), and the new expiry.
+	charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error)
 
 	sealed() // only this package's types are limits
 }

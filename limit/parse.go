@@ -32,14 +32,15 @@ func ParseLimit(argv [][]byte) (Call, error) {
 	if len(argv) < 5 {
 		return Call{}, ErrArity
 	}
-	raws, opt, err := parseStructure(argv)
+	var raws [MaxLimits]rawLimit // on the stack: parsing allocates only Limits
+	n, opt, err := parseStructure(argv, &raws)
 	if err != nil {
 		return Call{}, err
 	}
-	c := Call{Limits: make([]Spec, len(raws)), Options: opt}
-	for j := range raws {
+	c := Call{Limits: make([]Spec, n), Options: opt}
+	for j := range n {
 		r := &raws[j]
-		l, cost, err := r.algo.parse(r, opt.MS)
+		l, cost, err := r.algo.parse(*r, opt.MS)
 		if err != nil {
 			return Call{}, err
 		}
@@ -73,23 +74,23 @@ func (r *rawLimit) parseCost() (uint32, error) {
 }
 
 // parseStructure is step 2: keys, types, argument counts and keywords, left
-// to right, limit by limit.
-func parseStructure(argv [][]byte) ([]rawLimit, Options, error) {
-	var raws []rawLimit
+// to right, limit by limit. It fills raws and returns how many it found.
+func parseStructure(argv [][]byte, raws *[MaxLimits]rawLimit) (int, Options, error) {
+	n := 0
 	var opt Options
 	i := 1
 	for {
 		// A limit: key, type, positional arguments, options.
 		if i+1 >= len(argv) {
-			return nil, opt, ErrSyntax
+			return 0, opt, ErrSyntax
 		}
 		r := rawLimit{key: argv[i]}
 		if r.algo = lookupType(argv[i+1]); r.algo == nil {
-			return nil, opt, &UnknownTypeError{Type: string(argv[i+1])}
+			return 0, opt, &UnknownTypeError{Type: string(argv[i+1])}
 		}
 		i += 2
 		if i+r.algo.nargs > len(argv) {
-			return nil, opt, ErrSyntax
+			return 0, opt, ErrSyntax
 		}
 		r.args = argv[i : i+r.algo.nargs]
 		i += r.algo.nargs
@@ -105,18 +106,19 @@ func parseStructure(argv [][]byte) ([]rawLimit, Options, error) {
 				break options
 			}
 			if *slot != nil || i+1 >= len(argv) {
-				return nil, opt, ErrSyntax
+				return 0, opt, ErrSyntax
 			}
 			*slot = argv[i+1]
 			i += 2
 		}
-		if len(raws) == MaxLimits {
-			return nil, opt, ErrTooManyLimits
+		if n == MaxLimits {
+			return 0, opt, ErrTooManyLimits
 		}
-		raws = append(raws, r)
+		raws[n] = r
+		n++
 		switch {
 		case i == len(argv):
-			return raws, opt, nil
+			return n, opt, nil
 		case keyword(argv[i], "AND"):
 			i++
 			continue
@@ -129,10 +131,10 @@ func parseStructure(argv [][]byte) ([]rawLimit, Options, error) {
 			case keyword(argv[i], "MS") && !opt.MS:
 				opt.MS = true
 			default:
-				return nil, opt, ErrSyntax
+				return 0, opt, ErrSyntax
 			}
 		}
-		return raws, opt, nil
+		return n, opt, nil
 	}
 }
 

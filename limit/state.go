@@ -162,3 +162,32 @@ func pickLater(a, b State, startA, startB, lenA, lenB int64) State {
 	}
 	return b
 }
+
+// DecodeFW decodes an encoded FW state as Decode does, without the
+// allocation of Decode's interface: for a store that keeps a state's fields
+// rather than its bytes. ok is false for anything Decode would not return
+// as an FWState.
+func DecodeFW(b []byte) (s FWState, ok bool) {
+	body, err := checkState(b, KindFW)
+	if err != nil || body == nil {
+		return FWState{}, false
+	}
+	s, err = fwState(body)
+	return s, err == nil
+}
+
+// DecodeSWC is DecodeFW for an SWC state.
+func DecodeSWC(b []byte) (s SWCState, ok bool) {
+	body, err := checkState(b, KindSWC)
+	if err != nil || body == nil {
+		return SWCState{}, false
+	}
+	s, err = swcState(body)
+	return s, err == nil
+}
+
+// Encoded lengths of the fixed-size states.
+const (
+	FWStateLen  = headerSize + fwBody
+	SWCStateLen = headerSize + swcBody
+)

@@ -79,6 +79,30 @@ func (l SWC) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
 	if err != nil {
 		return R5{}, err
 	}
+	return l.r5(&v, nowMS, cost, ms), nil
+}
+
+// charge: Eval and AppendCharged on one reading of the state (see Limit).
+func (l SWC) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
+	body, err := checkState(state, KindSWC)
+	if err != nil {
+		return R5{}, dst, 0, err
+	}
+	nowMS := floorMS(now)
+	v, err := l.view(body, nowMS)
+	if err != nil {
+		return R5{}, dst, 0, err
+	}
+	r := l.r5(&v, nowMS, cost, ms)
+	if !write || r.Limited || cost == 0 {
+		return r, dst, 0, nil
+	}
+	s := SWCState{WindowMS: v.w, StartMS: v.start, Prev: v.prev, Cur: satAdd(v.cur, uint64(cost))}
+	return r, s.appendTo(dst), v.start + 2*v.w, nil
+}
+
+// r5 is Eval's reply for view v of the state at nowMS.
+func (l SWC) r5(v *swcView, nowMS int64, cost uint32, ms bool) R5 {
 	lim, c := uint64(l.Limit), uint64(cost)
 	r := R5{Limit: int64(lim), RetryAfter: -1}
 	cur := v.cur
@@ -101,7 +125,7 @@ func (l SWC) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
 	case v.prev > 0:
 		r.ResetAfter = reply(v.start+v.w-nowMS, ms)
 	}
-	return r, nil
+	return r
 }
 
 // retry is the smallest whole number of ms d >= 1 after v.at at which a
@@ -148,12 +172,12 @@ func (l SWC) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, i
 	return s.appendTo(dst), v.start + 2*v.w, nil
 }
 
-func parseSWC(raw *rawLimit, ms bool) (Limit, uint32, error) {
-	lim, w, cost, err := parseLimitWindow(raw, ms)
+func parseSWC(raw rawLimit, ms bool) (Limit, uint32, error) {
+	lim, w, cost, err := parseLimitWindow(&raw, ms)
 	if err != nil {
 		return nil, 0, err
 	}
-	return SWC{Limit: lim, Window: w}, cost, nil
+	return intern(internKey{kind: KindSWC, a: lim, w: w}), cost, nil
 }
 
 // SWCState is a sliding-window counter's two counts.

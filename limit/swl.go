@@ -213,15 +213,15 @@ func satCost(v uint64) uint32 {
 	return uint32(v)
 }
 
-func parseSWL(raw *rawLimit, ms bool) (Limit, uint32, error) {
-	lim, w, cost, err := parseLimitWindow(raw, ms)
+func parseSWL(raw rawLimit, ms bool) (Limit, uint32, error) {
+	lim, w, cost, err := parseLimitWindow(&raw, ms)
 	if err != nil {
 		return nil, 0, err
 	}
 	if lim > MaxSWLLimit {
 		return nil, 0, ErrSWLLimit
 	}
-	return SWL{Limit: lim, Window: w}, cost, nil
+	return intern(internKey{kind: KindSWL, a: lim, w: w}), cost, nil
 }
 
 // SWLState is a sliding-window log.
@@ -337,4 +337,14 @@ func (s SWLState) expireAt(now int64) int64 {
 		return floorMS(now)
 	}
 	return s.newestTS() + s.WindowMS
+}
+
+// charge: Eval, then AppendCharged (see Limit).
+func (l SWL) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
+	r, err := l.Eval(state, now, cost, ms)
+	if err != nil || !write || r.Limited {
+		return r, dst, 0, err
+	}
+	dst, exp, err := l.AppendCharged(dst, state, now, cost)
+	return r, dst, exp, err
 }

@@ -23,9 +23,12 @@ type LimitReq struct {
 	// or a state that does not decode (limit.ErrCorrupt).
 	Err error
 
-	buf  []byte
-	gcra [limit.MaxLimits][gcraStateLen]byte // GCRA TATs encoded for Decide
-	eis  [limit.MaxLimits]int64
+	buf   []byte
+	local [limit.MaxLimits][limit.SWCStateLen]byte // states kept in their entries, encoded for Decide
+	eis   [limit.MaxLimits]int64
+	// Per-call scratch, kept here so a call does not zero it on the stack.
+	states [limit.MaxLimits][]byte
+	hashes [limit.MaxLimits]uint64
 }
 
 // Shards returns the shards of the call's keys, ascending, without
@@ -51,19 +54,21 @@ func (r *LimitReq) decide(shardOf func(key []byte) *shard, now int64) {
 	r.Err = nil
 	specs := r.Call.Limits
 	nowMs := floorMs(now)
-	var states [limit.MaxLimits][]byte
-	var hashes [limit.MaxLimits]uint64
+	states, hashes := &r.states, &r.hashes
 	for i, s := range specs {
 		sh := shardOf(s.Key)
 		hashes[i] = sh.t.hash(s.Key)
 		r.eis[i] = sh.find(s.Key, hashes[i], nowMs)
 		states[i] = nil
 		if r.eis[i] >= 0 {
-			states[i] = sh.t.state(sh.t.at(uint32(r.eis[i])), r.gcra[i][:0])
+			states[i] = sh.t.state(sh.t.at(uint32(r.eis[i])), r.local[i][:0])
 		}
 	}
 	d, buf, err := limit.Decide(specs, states[:len(specs)], now, r.Call.Options, r.Results[:len(specs)], r.buf[:0])
 	r.buf = buf
+	for i := range specs {
+		states[i] = nil // no reference into the tables past the call
+	}
 	if err != nil {
 		if errors.Is(err, limit.ErrWrongType) {
 			err = ErrWrongType
@@ -82,7 +87,7 @@ func (r *LimitReq) decide(shardOf func(key []byte) *shard, now int64) {
 		sh := shardOf(s.Key)
 		ei := r.eis[i]
 		if ei < 0 {
-			ei = int64(sh.t.insertHash(s.Key, hashes[i]))
+			ei = int64(sh.t.insertFor(s.Key, hashes[i], limit.KindOf(res.State)))
 		}
 		sh.setState(uint32(ei), res.State, res.ExpireAt)
 		sh.markDirty(uint32(ei))

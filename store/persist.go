@@ -426,7 +426,7 @@ func (sh *shard) replay(buf []byte) {
 			h := sh.t.hash(r.key)
 			ei := sh.t.findHash(r.key, h)
 			if ei < 0 {
-				ei = int64(sh.t.insertHash(r.key, h))
+				ei = int64(sh.t.insertFor(r.key, h, limit.KindOf(r.state)))
 			}
 			sh.setState(uint32(ei), r.state, r.exp)
 			sh.t.at(uint32(ei)).setOnDisk()

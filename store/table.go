@@ -36,8 +36,13 @@ const inlineKey = 16
 //
 // The value knows its kind (meta's kind bits): a GCRA state (kind 0, what
 // CL.THROTTLE writes) keeps its TAT inline in tat, so GCRA keys are as small
-// as they ever were; any other CL.LIMIT state (limit.Encode bytes) lives in
-// the arena, length-prefixed, and tat holds its location.
+// as they ever were. An FW or SWC state is kept inline too, in a wide entry:
+// one that owns the next entry as well, as a pair does (whatever its key's
+// length), the state's fields in its tat and in the second entry's k (see
+// wideRoom). Its key and state then share one cache line, as a GCRA key's
+// do. Any other CL.LIMIT state (limit.Encode bytes), or one that does not
+// fit the room, lives in the arena, length-prefixed, and tat holds its
+// location.
 type entry struct {
 	tat  uint64          // GCRA: theoretical arrival time, Unix ns (the value GET returns); else the state's arena location
 	meta uint64          // flags << 56 | key length << 50 | expiry (50 bits, signed)
@@ -55,9 +60,11 @@ const (
 	metaDirty  = 1 << 57
 	metaOnDisk = 1 << 58 // some state of this key was written out since it was created
 	// The kind bits: 0 for a GCRA TAT inline, else the limit.Kind of a state
-	// kept in the arena.
+	// kept in the arena or, with metaInline, in the wide room.
 	metaKindShift = 59
 	metaKindMask  = 7
+	metaWide      = 1 << 62 // the entry owns the next one too: room for an inline state
+	metaInline    = 1 << 63 // the (non-GCRA) state is in the wide room, not the arena
 	// metaNoExp is the stored expiry that stands for noExpiry: CL.THROTTLE's
 	// expiries are Unix ms within ±1.9e13 (see package gcra), far from 2^49;
 	// setExp clamps any other.
@@ -89,7 +96,8 @@ func (e *entry) setExp(ms int64) {
 
 func (e *entry) isFree() bool { return e.meta&metaFree != 0 }
 
-// outKind is the kind of a state kept out of line, 0 for an inline GCRA TAT.
+// outKind is the kind of a state other than a GCRA TAT (in the arena or the
+// wide room), 0 for a GCRA TAT in tat.
 func (e *entry) outKind() limit.Kind { return limit.Kind(e.meta >> metaKindShift & metaKindMask) }
 
 // kind is the algorithm of the entry's state.
@@ -124,6 +132,15 @@ func (e *entry) keyLen() int {
 
 // isPair reports that the entry's key takes the next entry too.
 func (e *entry) isPair() bool { return pairLen(e.lenField()) }
+
+// isWide reports that the entry owns the next one as room for a state.
+func (e *entry) isWide() bool { return e.meta&metaWide != 0 }
+
+// inlineState reports that the entry's state is in its wide room.
+func (e *entry) inlineState() bool { return e.meta&metaInline != 0 }
+
+// wideKind reports whether a state of kind k is kept in a wide entry.
+func wideKind(k limit.Kind) bool { return k == limit.KindFW || k == limit.KindSWC }
 
 // inArena reports that the entry's key is in the arena.
 func (e *entry) inArena() bool { return e.lenField() == metaArenaKey }
@@ -173,6 +190,7 @@ type table struct {
 	freeL    []uint32 // free entry indexes, reused before growing
 	freeP    []uint32 // free pairs (their even first index), likewise
 	arena    arena
+	scratch  [limit.SWCStateLen]byte // state's buffer when given none
 }
 
 // migrateStep is the fewest old index slots each insert moves. More ends a
@@ -305,7 +323,16 @@ func nextTagged(idx []uint64, i, mask, tag uint64) (uint64, int64) {
 func (t *table) insert(key []byte) uint32 { return t.insertHash(key, t.hash(key)) }
 
 // insertHash is insert with the key's hash already computed.
-func (t *table) insertHash(key []byte, h uint64) uint32 {
+func (t *table) insertHash(key []byte, h uint64) uint32 { return t.insertEntry(key, h, false) }
+
+// insertFor is insertHash for a key about to hold a state of kind k: a
+// wide entry if k's states are kept inline.
+func (t *table) insertFor(key []byte, h uint64, k limit.Kind) uint32 {
+	return t.insertEntry(key, h, wideKind(k))
+}
+
+// insertEntry is insertHash, of a wide entry if wide.
+func (t *table) insertEntry(key []byte, h uint64, wide bool) uint32 {
 	if t.old != nil {
 		t.migrate(t.migStep)
 	}
@@ -313,13 +340,16 @@ func (t *table) insertHash(key []byte, h uint64) uint32 {
 		t.rehash()
 	}
 	var ei uint32
-	if pairLen(len(key)) {
+	if wide || pairLen(len(key)) {
 		ei = t.allocPair()
 	} else {
 		ei = t.allocOne()
 	}
 	e := t.at(ei)
 	e.meta = 0
+	if wide {
+		e.meta = metaWide
+	}
 	e.tat = 0
 	e.setExp(noExpiry)
 	t.setKey(e, key, &t.arena)
@@ -411,7 +441,10 @@ func (t *table) removeHash(ei uint32, h uint64) {
 	}
 	t.clearState(e)
 	switch {
-	case e.isPair(): // the second entry reads as free already (allocPair)
+	case e.isPair() || e.isWide(): // the second entry reads as free already (allocPair)
+		if e.inArena() {
+			t.arena.forget(uint32(e.keyLen()))
+		}
 		t.freeP = append(t.freeP, ei)
 	case e.inArena():
 		t.arena.forget(uint32(e.keyLen()))
@@ -522,7 +555,7 @@ func (t *table) compact() {
 		if e.inArena() {
 			t.setKey(e, t.keyOf(e), &a)
 		}
-		if e.outKind() != 0 {
+		if e.outKind() != 0 && !e.inlineState() {
 			e.tat = a.putState(t.arena.getState(e.tat))
 		}
 	}
@@ -530,23 +563,34 @@ func (t *table) compact() {
 	t.arena = a
 }
 
-// state returns e's encoded state (limit.Encode's bytes). A GCRA TAT is
-// encoded into buf; any other state aliases the table: use it before the
+// state returns e's encoded state (limit.Encode's bytes). A GCRA TAT or an
+// inline state is encoded into buf, or with a nil buf into a buffer of the
+// table's; any other state aliases the table. Either way, use it before the
 // next change to the table.
 func (t *table) state(e *entry, buf []byte) []byte {
-	if e.outKind() == 0 {
+	if buf == nil {
+		buf = t.scratch[:0]
+	}
+	switch {
+	case e.outKind() == 0:
 		b, _ := limit.GCRAState{TAT: e.tat}.AppendBinary(buf[:0])
 		return b
+	case e.inlineState():
+		return t.appendInline(buf[:0], e)
 	}
 	return t.arena.getState(e.tat)
 }
 
 // setState stores an encoded state in e, replacing whatever it held: a GCRA
-// state inline (its TAT), any other in the arena. Slices taken from the
-// table before are invalid after.
+// state inline (its TAT), an FW or SWC state in e's wide room if it has one
+// and the state fits, any other in the arena. Slices taken from the table
+// before are invalid after.
 func (t *table) setState(e *entry, enc []byte) {
 	k := limit.KindOf(enc)
-	if e.outKind() == k && k != 0 {
+	if e.isWide() && wideKind(k) && t.setInline(e, enc) {
+		return
+	}
+	if e.outKind() == k && k != 0 && !e.inlineState() {
 		// A state of the same size (FW, SWC, an SWL log of as many
 		// entries) is rewritten in place: no garbage for the arena.
 		if old := t.arena.getState(e.tat); len(old) == len(enc) {
@@ -572,14 +616,88 @@ func (t *table) setTAT(e *entry, tat uint64) {
 	e.tat = tat
 }
 
-// clearState forgets e's out-of-line state, if any; e then holds TAT 0.
+// clearState forgets e's state other than a GCRA TAT, if any; e then holds
+// TAT 0.
 func (t *table) clearState(e *entry) {
 	if e.outKind() == 0 {
 		return
 	}
-	t.arena.forget(uint32(len(t.arena.getState(e.tat)) + stateLenSize))
-	e.meta &^= metaKindMask << metaKindShift
+	if !e.inlineState() {
+		t.arena.forget(uint32(len(t.arena.getState(e.tat)) + stateLenSize))
+	}
+	e.meta &^= metaKindMask<<metaKindShift | metaInline
 	e.tat = 0
+}
+
+// The wide room of an entry is 24 bytes: its own tat and the k of the next
+// entry. (The next entry's first 15 bytes may hold the rest of a pair-sized
+// key; its 16th, the top byte of its meta, says "free" to whatever walks
+// the entries, as a pair's does.) An inline state is stored as its fields,
+// little-endian, so that encoding it again gives the same bytes:
+//
+//	FW:  tat WindowMS | k[0:8] StartMS | k[8:16] Count
+//	SWC: tat WindowMS | k[0:8] StartMS | k[8:12] Prev | k[12:16] Cur
+//
+// An SWC state whose counts do not fit 32 bits (only merged states can:
+// an admitted charge never takes a count past the limit) goes to the
+// arena instead.
+
+// wideRoom returns the second entry of e's pair, whose k is part of e's
+// room. e must be wide: the two are one run of memory (allocPair).
+func wideRoom(e *entry) *entry {
+	return (*entry)(unsafe.Add(unsafe.Pointer(e), unsafe.Sizeof(entry{})))
+}
+
+// setInline stores an FW or SWC state in e's wide room, replacing whatever
+// e held, and reports whether it did: false (and e unchanged) for a state
+// that does not decode or does not fit.
+func (t *table) setInline(e *entry, enc []byte) bool {
+	var window, start, a uint64
+	var b uint32
+	k := limit.KindOf(enc)
+	switch k {
+	case limit.KindFW:
+		s, ok := limit.DecodeFW(enc)
+		if !ok {
+			return false
+		}
+		window, start, a = uint64(s.WindowMS), uint64(s.StartMS), s.Count
+	case limit.KindSWC:
+		s, ok := limit.DecodeSWC(enc)
+		if !ok || s.Prev > math.MaxUint32 || s.Cur > math.MaxUint32 {
+			return false
+		}
+		window, start, a, b = uint64(s.WindowMS), uint64(s.StartMS), s.Prev, uint32(s.Cur)
+	default:
+		return false
+	}
+	if !e.inlineState() {
+		t.clearState(e)
+	}
+	r := wideRoom(e)
+	e.tat = window
+	binary.LittleEndian.PutUint64(r.k[:8], start)
+	if k == limit.KindFW {
+		binary.LittleEndian.PutUint64(r.k[8:], a)
+	} else {
+		binary.LittleEndian.PutUint32(r.k[8:], uint32(a))
+		binary.LittleEndian.PutUint32(r.k[12:], b)
+	}
+	e.meta = e.meta&^(metaKindMask<<metaKindShift) | uint64(k)<<metaKindShift | metaInline
+	return true
+}
+
+// appendInline appends the encoding of e's inline state to dst.
+func (t *table) appendInline(dst []byte, e *entry) []byte {
+	r := wideRoom(e)
+	window, start := int64(e.tat), int64(binary.LittleEndian.Uint64(r.k[:8]))
+	if e.outKind() == limit.KindFW {
+		b, _ := limit.FWState{WindowMS: window, StartMS: start, Count: binary.LittleEndian.Uint64(r.k[8:])}.AppendBinary(dst)
+		return b
+	}
+	b, _ := limit.SWCState{WindowMS: window, StartMS: start,
+		Prev: uint64(binary.LittleEndian.Uint32(r.k[8:])), Cur: uint64(binary.LittleEndian.Uint32(r.k[12:]))}.AppendBinary(dst)
+	return b
 }
 
 // gcraStateLen is the length of an encoded GCRA state: kind, version, TAT.
