@@ -2,7 +2,6 @@ package commands
 
 import (
 	"errors"
-	"sync"
 
 	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/store"
@@ -24,7 +23,7 @@ func registerLimit(t Table) {
 		&Command{Name: "cl.reset", Arity: -2, Flags: []string{"write"},
 			FirstKey: 1, LastKey: -1, Step: 1,
 			Group: "module", Summary: "Removes the limiter state of keys.", Since: "0.2.0",
-			Queue: resetQueue, Reply: sumReply},
+			Queue: resetQueue, Reply: delReply},
 		&Command{Name: "cl.inspect", Arity: 2, Flags: []string{"readonly"},
 			FirstKey: 1, LastKey: 1, Step: 1,
 			Group: "module", Summary: "Shows a key's limiter state.", Since: "0.2.0",
@@ -36,8 +35,6 @@ func registerLimit(t Table) {
 // own through the command's Alone handler, after the calls queued before
 // it are done (a CL.LIMIT whose keys live on several shards).
 const runAlone = "\x00alone"
-
-var limitReqs = sync.Pool{New: func() any { return new(store.LimitReq) }}
 
 // limitKeys is CL.LIMIT's key finder (COMMAND GETKEYS, cluster routing):
 // the key of every limit; an unparsable call gives its first argument, so
@@ -86,19 +83,16 @@ func limitQueue(c *Client, args [][]byte) string {
 			return runAlone
 		}
 	}
-	r := limitReqs.Get().(*store.LimitReq)
+	r := c.reqs.limit.get()
 	r.Call = call
-	op := c.NewOp()
-	op.Kind, op.Req = store.OpReq, r
-	c.QueueTo(sh, op)
+	c.QueueTo(sh, r)
 	return ""
 }
 
-func limitReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	r := ops[0].Req.(*store.LimitReq)
+func limitReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
+	r := reqs[0].(*store.LimitReq)
 	writeLimit(c, w, r)
 	r.Call = limit.Call{}
-	limitReqs.Put(r)
 }
 
 // limitAlone runs a CL.LIMIT whose keys live on several shards, all or
@@ -109,12 +103,11 @@ func limitAlone(c *Client, w *Out, args [][]byte) {
 		w.WriteError(e)
 		return
 	}
-	r := limitReqs.Get().(*store.LimitReq)
+	r := c.reqs.limit.get()
 	r.Call = call
 	c.srv.st.RunHeld(r)
 	writeLimit(c, w, r)
 	r.Call = limit.Call{}
-	limitReqs.Put(r)
 }
 
 // writeLimit writes CL.LIMIT's 7-element reply, or its error.
@@ -167,14 +160,14 @@ func peekQueue(c *Client, args [][]byte) string {
 	if err != nil {
 		return err.Error()
 	}
-	op := c.NewOp()
-	op.Kind, op.Req = store.OpReq, &store.PeekReq{Key: key, Params: p}
-	c.QueueTo(c.srv.st.ShardOf(key), op)
+	r := c.reqs.peek.get()
+	r.Key, r.Params = key, p
+	c.Queue(r)
 	return ""
 }
 
-func peekReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	r := ops[0].Req.(*store.PeekReq)
+func peekReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
+	r := reqs[0].(*store.PeekReq)
 	writeThrottle(c, w, r.Err, &r.Result)
 }
 
@@ -186,9 +179,7 @@ func resetQueue(c *Client, args [][]byte) string {
 		return err.Error()
 	}
 	for _, key := range keys {
-		op := c.NewOp()
-		op.Kind, op.Key = store.OpDel, key
-		c.Queue(op)
+		c.queueDel(key)
 	}
 	return ""
 }
@@ -199,14 +190,14 @@ func inspectQueue(c *Client, args [][]byte) string {
 	if err != nil {
 		return err.Error()
 	}
-	op := c.NewOp()
-	op.Kind, op.Req = store.OpReq, &store.InspectReq{Key: key}
-	c.QueueTo(c.srv.st.ShardOf(key), op)
+	r := c.reqs.inspect.get()
+	r.Key = key
+	c.Queue(r)
 	return ""
 }
 
-func inspectReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	r := ops[0].Req.(*store.InspectReq)
+func inspectReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
+	r := reqs[0].(*store.InspectReq)
 	if !r.Found {
 		w.WriteNull()
 		return

@@ -38,16 +38,15 @@ func throttleQueue(c *Client, args [][]byte) string {
 	if gcra.Interval(p.Count, p.Period) == 0 {
 		return ErrCellZeroRate
 	}
-	op := c.NewOp()
-	op.Kind = store.OpThrottle
-	op.Key = args[1]
-	op.Params = p
-	c.Queue(op)
+	r := c.reqs.throttle.get()
+	r.Key, r.Params = args[1], p
+	c.Queue(r)
 	return ""
 }
 
-func throttleReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	writeThrottle(c, w, ops[0].Err, &ops[0].Result)
+func throttleReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
+	r := reqs[0].(*store.ThrottleReq)
+	writeThrottle(c, w, r.Err, &r.Result)
 }
 
 // writeThrottle writes CL.THROTTLE's (and CL.PEEK's) reply for a decision

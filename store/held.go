@@ -21,7 +21,7 @@ type hold struct {
 // reads the clock once all are held, decides and charges on this
 // goroutine, then lets them go, and returns once every change is as
 // durable as a request batch's. Requests on one shard never pay for this:
-// they go through a Session as an OpReq.
+// they go through a Session (AddTo).
 func (s *Store) RunHeld(r *LimitReq) {
 	var buf [limit.MaxLimits]int
 	ids := r.Shards(s, buf[:0])
