@@ -36,7 +36,7 @@ func BenchmarkShardBatch(b *testing.B) {
 			for i := 0; i < n; i++ {
 				ops[0].Key = liveKey(bufs[0], i)
 				bufs[0] = ops[0].Key
-				envs[0] = keyedEnvelope(ops[0])
+				envs[0] = ops[0].route()
 				sh.warm(envs[:1])
 				sh.exec(envs[0], now)
 			}
@@ -47,7 +47,7 @@ func BenchmarkShardBatch(b *testing.B) {
 				for j, op := range ops {
 					op.Key = liveKey(bufs[j], r.IntN(n))
 					bufs[j] = op.Key
-					envs[j] = keyedEnvelope(op) // as Session.Add does
+					envs[j] = op.route() // as Session.Add does
 				}
 				sh.warm(envs)
 				for j, op := range ops {

@@ -18,12 +18,12 @@ type ThrottleReq struct {
 	Err    error       // out: ErrWrongType for a key of another kind, or gcra's
 }
 
-func (r *ThrottleReq) routeKey() []byte { return r.Key }
+func (r *ThrottleReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *ThrottleReq) run(sh *shard, now int64) {
 	r.Err = nil
 	nowMs := floorMs(now)
-	ei := sh.lookup(&r.envelope, r.Key, nowMs)
+	ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), nowMs)
 	var tat uint64
 	if ei >= 0 {
 		e := sh.t.at(uint32(ei))
@@ -60,10 +60,10 @@ type GetReq struct {
 	Err   error  // out: ErrWrongType for a key of another kind
 }
 
-func (r *GetReq) routeKey() []byte { return r.Key }
+func (r *GetReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *GetReq) run(sh *shard, now int64) {
-	ei := sh.lookup(&r.envelope, r.Key, floorMs(now))
+	ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now))
 	r.Found, r.TAT, r.Err = ei >= 0, 0, nil
 	if r.Found {
 		if e := sh.t.at(uint32(ei)); e.outKind() != 0 {
@@ -82,11 +82,11 @@ type DelReq struct {
 	Removed bool // out: a live key was removed
 }
 
-func (r *DelReq) routeKey() []byte { return r.Key }
+func (r *DelReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *DelReq) run(sh *shard, now int64) {
 	r.Removed = false
-	if ei := sh.lookup(&r.envelope, r.Key, floorMs(now)); ei >= 0 {
+	if ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now)); ei >= 0 {
 		sh.removeHash(uint32(ei), r.hash)
 		r.Removed = true
 	}
@@ -99,10 +99,10 @@ type ExistsReq struct {
 	Exists bool // out: the key is live
 }
 
-func (r *ExistsReq) routeKey() []byte { return r.Key }
+func (r *ExistsReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *ExistsReq) run(sh *shard, now int64) {
-	r.Exists = sh.lookup(&r.envelope, r.Key, floorMs(now)) >= 0
+	r.Exists = sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now)) >= 0
 }
 
 // PTTLReq is PTTL and TTL: a key's time to live.
@@ -112,11 +112,11 @@ type PTTLReq struct {
 	PTTL int64 // out: ms left; -1 no expiry; -2 no such key
 }
 
-func (r *PTTLReq) routeKey() []byte { return r.Key }
+func (r *PTTLReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *PTTLReq) run(sh *shard, now int64) {
 	nowMs := floorMs(now)
-	ei := sh.lookup(&r.envelope, r.Key, nowMs)
+	ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), nowMs)
 	switch {
 	case ei < 0:
 		r.PTTL = -2
@@ -134,11 +134,11 @@ type TypeReq struct {
 	Kind limit.Kind // out: limit.KindGCRA for a TAT; 0 if there is no such key
 }
 
-func (r *TypeReq) routeKey() []byte { return r.Key }
+func (r *TypeReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *TypeReq) run(sh *shard, now int64) {
 	r.Kind = 0
-	if ei := sh.lookup(&r.envelope, r.Key, floorMs(now)); ei >= 0 {
+	if ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now)); ei >= 0 {
 		r.Kind = sh.t.at(uint32(ei)).kind()
 	}
 }

@@ -40,7 +40,7 @@ type Request interface {
 // keys and prefetches their entries before running any.
 type KeyedRequest interface {
 	Request
-	routeKey() []byte
+	route() *envelope // the envelope, addressed by the request's key
 }
 
 // envelope is what every request type embeds: how a Session carries it to
@@ -54,11 +54,20 @@ type envelope struct {
 	cand   int64  // warm's guess at key's entry, from the index (-1: none); set and read by warm only
 }
 
-// keyedEnvelope returns r's envelope, addressed by r's key.
-func keyedEnvelope(r KeyedRequest) *envelope {
-	op := r.env()
-	op.req, op.key, op.keyed = r, r.routeKey(), true
-	return op
+// addressed readies the envelope of req, a request on key, for
+// Session.Add.
+func (e *envelope) addressed(req Request, key []byte) *envelope {
+	e.req, e.key, e.keyed = req, key, true
+	return e
+}
+
+// keyHash returns the table hash of key, the envelope's request's key:
+// the warm pass's, or computed now for a request queued otherwise.
+func (e *envelope) keyHash(t *table, key []byte) uint64 {
+	if !e.keyed {
+		e.hash = t.hash(key)
+	}
+	return e.hash
 }
 
 // Status reports whether the store ran the request (see Request.Status).

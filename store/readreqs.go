@@ -13,11 +13,11 @@ type PeekReq struct {
 	Err    error       // out: ErrWrongType for a key of another kind, or gcra's
 }
 
-func (r *PeekReq) routeKey() []byte { return r.Key }
+func (r *PeekReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *PeekReq) run(sh *shard, now int64) {
 	r.Err = nil
-	ei := sh.lookup(&r.envelope, r.Key, floorMs(now))
+	ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now))
 	var tat uint64
 	if ei >= 0 {
 		e := sh.t.at(uint32(ei))
@@ -39,11 +39,11 @@ type InspectReq struct {
 	PTTL  int64  // out: -1 no expiry, else ms left
 }
 
-func (r *InspectReq) routeKey() []byte { return r.Key }
+func (r *InspectReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *InspectReq) run(sh *shard, now int64) {
 	nowMs := floorMs(now)
-	ei := sh.lookup(&r.envelope, r.Key, nowMs)
+	ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), nowMs)
 	r.Found = ei >= 0
 	r.State = r.State[:0]
 	if !r.Found {

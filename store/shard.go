@@ -707,15 +707,6 @@ func (sh *shard) find(key []byte, h uint64, nowMs int64) int64 {
 	return ei
 }
 
-// lookup is find for a keyed request's key, with the hash the shard's warm
-// pass computed (a request queued otherwise has it computed now).
-func (sh *shard) lookup(op *envelope, key []byte, nowMs int64) int64 {
-	if !op.keyed {
-		op.hash = sh.t.hash(key)
-	}
-	return sh.find(key, op.hash, nowMs)
-}
-
 // remove deletes a key from memory and from disk.
 func (sh *shard) remove(ei uint32) { sh.drop(ei, true) }
 

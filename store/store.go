@@ -396,7 +396,7 @@ func (s *Store) NewSession() *Session {
 
 // Add queues a request on its key's shard.
 func (ss *Session) Add(r KeyedRequest) {
-	op := keyedEnvelope(r)
+	op := r.route()
 	ss.queue(ss.st.ShardOf(op.key), op)
 }
 

@@ -430,7 +430,7 @@ func TestWarmCandidateDuringMigration(t *testing.T) {
 		}
 		ops := make([]*envelope, 8)
 		for j := range ops {
-			ops[j] = keyedEnvelope(&GetReq{Key: key((i*31 + j*977) % (i + 1))})
+			ops[j] = (&GetReq{Key: key((i*31 + j*977) % (i + 1))}).route()
 		}
 		sh.warm(ops)
 		for _, op := range ops {
