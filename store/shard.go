@@ -80,11 +80,11 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 	}
 }
 
-// warm hashes the key of every keyed request of the batch and prefetches the memory each lookup
-// will read (index slots, then the entry whose tag matches the key's, then
-// a long key's bytes) in passes with no dependencies between requests, so the
-// CPU overlaps their cache misses instead of taking them one after
-// another. On this workload the misses, not the arithmetic, dominate a
+// warm hashes the key of every keyed request of the batch and prefetches
+// the memory each lookup will read (index slots, then the entry whose tag
+// matches the key's, then a long key's bytes) in passes with no
+// dependencies between requests, so the CPU overlaps their cache misses
+// instead of taking them one after another. On this workload the misses, not the arithmetic, dominate a
 // lookup at millions of keys.
 func (sh *shard) warm(ops []*envelope) {
 	t := sh.t
