@@ -53,7 +53,7 @@ func registerKeyspace(t Table) {
 func getQueue(c *Client, args [][]byte) string {
 	r := c.reqs.get.get()
 	r.Key = args[1]
-	c.Queue(r)
+	queue(c, r)
 	return ""
 }
 
@@ -68,7 +68,7 @@ func delQueue(c *Client, args [][]byte) string {
 func (c *Client) queueDel(key []byte) {
 	r := c.reqs.del.get()
 	r.Key = key
-	c.Queue(r)
+	queue(c, r)
 }
 
 // EXISTS key [key ...]
@@ -82,14 +82,14 @@ func existsQueue(c *Client, args [][]byte) string {
 func (c *Client) queueExists(key []byte) {
 	r := c.reqs.exists.get()
 	r.Key = key
-	c.Queue(r)
+	queue(c, r)
 }
 
 // PTTL|TTL key
 func pttlQueue(c *Client, args [][]byte) string {
 	r := c.reqs.pttl.get()
 	r.Key = args[1]
-	c.Queue(r)
+	queue(c, r)
 	return ""
 }
 
@@ -97,7 +97,7 @@ func pttlQueue(c *Client, args [][]byte) string {
 func typeQueue(c *Client, args [][]byte) string {
 	r := c.reqs.typ.get()
 	r.Key = args[1]
-	c.Queue(r)
+	queue(c, r)
 	return ""
 }
 

@@ -162,7 +162,7 @@ func peekQueue(c *Client, args [][]byte) string {
 	}
 	r := c.reqs.peek.get()
 	r.Key, r.Params = key, p
-	c.Queue(r)
+	queue(c, r)
 	return ""
 }
 
@@ -192,7 +192,7 @@ func inspectQueue(c *Client, args [][]byte) string {
 	}
 	r := c.reqs.inspect.get()
 	r.Key = key
-	c.Queue(r)
+	queue(c, r)
 	return ""
 }
 

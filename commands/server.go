@@ -380,9 +380,11 @@ func (s *Server) CountOutputBufferLimit() { s.stats.outputBufLimit.Add(1) }
 // CountIdleTimeout counts a client closed for being idle (timeout).
 func (s *Server) CountIdleTimeout() { s.stats.idleTimeouts.Add(1) }
 
-// Queue hands r to the store as part of this pipeline's batch for its key's
-// shard.
-func (c *Client) Queue(r store.KeyedRequest) {
+// queue hands r to the store as part of this pipeline's batch for its key's
+// shard. (A function of R rather than a method taking a KeyedRequest: the
+// request is kept as a Request too, and converting one interface to
+// another looks its method table up on every call.)
+func queue[R store.KeyedRequest](c *Client, r R) {
 	c.sess.Add(r)
 	c.queued = append(c.queued, r)
 }

@@ -38,7 +38,7 @@ type Command struct {
 	Tips []string // COMMAND tips, e.g. "request_policy:all_shards" (cluster clients fan out on it)
 
 	// Queue checks and parses args, queuing typed store requests with
-	// c.Queue or c.QueueTo. A non-empty return is an error reply for this
+	// queue or c.QueueTo. A non-empty return is an error reply for this
 	// command, and no request may be queued.
 	Queue func(c *Client, args [][]byte) string
 	// Reply writes the reply from this command's requests, in queue order

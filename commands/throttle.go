@@ -40,7 +40,7 @@ func throttleQueue(c *Client, args [][]byte) string {
 	}
 	r := c.reqs.throttle.get()
 	r.Key, r.Params = args[1], p
-	c.Queue(r)
+	queue(c, r)
 	return ""
 }
 
