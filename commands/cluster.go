@@ -382,10 +382,9 @@ func clusterKeySlot(c *Client, w *Out, args [][]byte) {
 // or a negative count.
 const ErrInvalidSlotOrCount = "ERR Invalid slot or number of keys"
 
-// runOnSlot runs op on the shard that owns slot.
-func runOnSlot(c *Client, slot int, op *store.Op) {
-	op.Slot = slot
-	c.QueueTo(c.srv.st.ShardOfSlot(slot), op)
+// runOnSlot runs r on the shard that owns slot.
+func runOnSlot(c *Client, slot int, r store.Request) {
+	c.QueueTo(c.srv.st.ShardOfSlot(slot), r)
 	c.runNow()
 }
 
@@ -404,10 +403,10 @@ func clusterCountKeys(c *Client, w *Out, args [][]byte) {
 		w.WriteError(ErrInvalidSlot)
 		return
 	}
-	op := c.NewOp()
-	op.Kind = store.OpSlotCount
-	runOnSlot(c, int(slot), op)
-	w.WriteInt(op.N)
+	r := c.reqs.slotCount.get()
+	r.Slot = int(slot)
+	runOnSlot(c, r.Slot, r)
+	w.WriteInt(r.Count)
 }
 
 // CLUSTER GETKEYSINSLOT slot count
@@ -426,14 +425,14 @@ func clusterGetKeys(c *Client, w *Out, args [][]byte) {
 		w.WriteError(ErrInvalidSlotOrCount)
 		return
 	}
-	op := c.NewOp()
-	op.Kind, op.Count = store.OpSlotKeys, int(min(n, 1<<30))
-	runOnSlot(c, int(slot), op)
-	w.WriteArray(len(op.Keys))
-	for _, k := range op.Keys {
+	r := c.reqs.slotKeys.get()
+	r.Slot, r.Max = int(slot), int(min(n, 1<<30))
+	runOnSlot(c, r.Slot, r)
+	w.WriteArray(len(r.Keys))
+	for _, k := range r.Keys {
 		w.WriteBulk(k)
 	}
-	op.Keys = nil
+	r.Keys = nil
 }
 
 // CLUSTER SETTOPOLOGY <json>: validates the document, refuses an epoch that
@@ -472,13 +471,14 @@ func clusterSetTopology(c *Client, w *Out, args [][]byte) {
 		"lost", cluster.Ranges(lost).String(), "gained", cluster.Ranges(gained).String())
 	if len(lost) > 0 {
 		var moving []store.Entry
-		for _, op := range c.everyShard(store.OpDumpSlots, func(op *store.Op) { op.Ranges = lost }) {
-			moving = append(moving, op.Entries...)
-			op.Entries = nil
+		for _, r := range everyShard(c, &c.reqs.dumpSlots, func(r *store.DumpSlotsReq) { r.Ranges = lost }) {
+			moving = append(moving, r.Entries...)
+			r.Entries, r.Ranges = nil, nil
 		}
 		var n int64
-		for _, op := range c.everyShard(store.OpDropSlots, func(op *store.Op) { op.Ranges = lost }) {
-			n += op.N
+		for _, r := range everyShard(c, &c.reqs.dropSlots, func(r *store.DropSlotsReq) { r.Ranges = lost }) {
+			n += r.Dropped
+			r.Ranges = nil
 		}
 		s.log.Info("dropped keys of slots moved away", "keys", n)
 		// Hand the state over before acknowledging, so that once every node
@@ -615,9 +615,7 @@ func clusterImportState(c *Client, w *Out, args [][]byte) {
 	for i := range states {
 		r := &reqs[i]
 		r.Key, r.State, r.Expires = rest[3*i], states[i], exps[i]
-		op := c.NewOp()
-		op.Kind, op.Req = store.OpReq, r
-		c.QueueTo(c.srv.st.ShardOf(r.Key), op)
+		c.QueueTo(c.srv.st.ShardOf(r.Key), r)
 	}
 	c.runNow()
 	var n int64

@@ -248,7 +248,7 @@ func TestPanicInCommandIsContained(t *testing.T) {
 	// A keyed command whose parsing panics.
 	h.srv.table.add(&Command{Name: "kboom", Arity: 2, FirstKey: 1, LastKey: 1,
 		Queue: func(*Client, [][]byte) string { panic("bad parse") },
-		Reply: func(*Client, *Out, [][]byte, []*store.Op) {}})
+		Reply: func(*Client, *Out, [][]byte, []store.Request) {}})
 	assert.Equal(t, "-ERR internal error\r\n:0\r\n", h.do([]string{"KBOOM", "k"}, []string{"EXISTS", "k"}))
 }
 

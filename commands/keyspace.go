@@ -12,25 +12,25 @@ func registerKeyspace(t Table) {
 	t.add(
 		&Command{Name: "get", Arity: 2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: 1,
 			Group: "string", Summary: "Returns the limiter state (TAT in Unix ns) of a key.", Since: "1.0.0",
-			Queue: queueEach(store.OpGet), Reply: getReply},
+			Queue: getQueue, Reply: getReply},
 		&Command{Name: "del", Arity: -2, Flags: []string{"write"}, FirstKey: 1, LastKey: -1,
 			Group: "generic", Summary: "Deletes one or more keys.", Since: "1.0.0",
-			Queue: queueEach(store.OpDel), Reply: sumReply, Many: sumMany(store.OpDel)},
+			Queue: delQueue, Reply: delReply, Many: countMany((*Client).queueDel, delCount)},
 		&Command{Name: "unlink", Arity: -2, Flags: []string{"write", "fast"}, FirstKey: 1, LastKey: -1,
 			Group: "generic", Summary: "Deletes one or more keys.", Since: "4.0.0",
-			Queue: queueEach(store.OpDel), Reply: sumReply, Many: sumMany(store.OpDel)},
+			Queue: delQueue, Reply: delReply, Many: countMany((*Client).queueDel, delCount)},
 		&Command{Name: "exists", Arity: -2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: -1,
 			Group: "generic", Summary: "Determines whether one or more keys exist.", Since: "1.0.0",
-			Queue: queueEach(store.OpExists), Reply: existsReply, Many: sumMany(store.OpExists)},
+			Queue: existsQueue, Reply: existsReply, Many: countMany((*Client).queueExists, existsCount)},
 		&Command{Name: "pttl", Arity: 2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: 1,
 			Group: "generic", Summary: "Returns the expiration time in milliseconds of a key.", Since: "2.6.0",
-			Queue: queueEach(store.OpPTTL), Reply: pttlReply},
+			Queue: pttlQueue, Reply: pttlReply},
 		&Command{Name: "ttl", Arity: 2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: 1,
 			Group: "generic", Summary: "Returns the expiration time in seconds of a key.", Since: "1.0.0",
-			Queue: queueEach(store.OpPTTL), Reply: ttlReply},
+			Queue: pttlQueue, Reply: ttlReply},
 		&Command{Name: "type", Arity: 2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: 1,
 			Group: "generic", Summary: "Determines the type of value stored at a key.", Since: "1.0.0",
-			Queue: queueEach(store.OpType), Reply: typeReply},
+			Queue: typeQueue, Reply: typeReply},
 		&Command{Name: "keys", Arity: 2, Flags: []string{"readonly"},
 			Group: "generic", Summary: "Returns all key names that match a pattern.", Since: "1.0.0",
 			Run: keysCmd},
@@ -49,49 +49,102 @@ func registerKeyspace(t Table) {
 	)
 }
 
-// queueEach queues one op of kind k per key argument.
-func queueEach(k store.Kind) func(c *Client, args [][]byte) string {
-	return func(c *Client, args [][]byte) string {
-		for _, key := range args[1:] {
-			op := c.NewOp()
-			op.Kind = k
-			op.Key = key
-			c.Queue(op)
-		}
-		return ""
-	}
+// GET key
+func getQueue(c *Client, args [][]byte) string {
+	r := c.reqs.get.get()
+	r.Key = args[1]
+	queue(c, r)
+	return ""
 }
 
-// sumMany runs DEL|UNLINK|EXISTS over many keys a chunk at a time, summing
-// their counts. Each chunk goes to its shards as one batch; keys on
-// different shards were never checked at one instant anyway.
-func sumMany(k store.Kind) func(c *Client, w *Out, args [][]byte) {
+// DEL|UNLINK key [key ...]
+func delQueue(c *Client, args [][]byte) string {
+	for _, key := range args[1:] {
+		c.queueDel(key)
+	}
+	return ""
+}
+
+func (c *Client) queueDel(key []byte) {
+	r := c.reqs.del.get()
+	r.Key = key
+	queue(c, r)
+}
+
+// EXISTS key [key ...]
+func existsQueue(c *Client, args [][]byte) string {
+	for _, key := range args[1:] {
+		c.queueExists(key)
+	}
+	return ""
+}
+
+func (c *Client) queueExists(key []byte) {
+	r := c.reqs.exists.get()
+	r.Key = key
+	queue(c, r)
+}
+
+// PTTL|TTL key
+func pttlQueue(c *Client, args [][]byte) string {
+	r := c.reqs.pttl.get()
+	r.Key = args[1]
+	queue(c, r)
+	return ""
+}
+
+// TYPE key
+func typeQueue(c *Client, args [][]byte) string {
+	r := c.reqs.typ.get()
+	r.Key = args[1]
+	queue(c, r)
+	return ""
+}
+
+// countMany runs DEL|UNLINK|EXISTS over many keys a chunk at a time:
+// queue queues a key's request, count says what a request adds to the
+// reply. Each chunk goes to its shards as one batch; keys on different
+// shards were never checked at one instant anyway.
+func countMany(queue func(c *Client, key []byte), count func(c *Client, r store.Request) int64) func(c *Client, w *Out, args [][]byte) {
 	return func(c *Client, w *Out, args [][]byte) {
 		var n int64
 		for keys := args[1:]; len(keys) > 0; {
 			chunk := keys[:min(len(keys), maxKeptOps)]
 			keys = keys[len(chunk):]
 			for _, key := range chunk {
-				op := c.NewOp()
-				op.Kind = k
-				op.Key = key
-				c.Queue(op)
+				queue(c, key)
 			}
-			ops := c.ops[:c.nops]
+			reqs := c.queued
 			c.runNow()
-			if e := opsError(ops); e != "" {
+			if e := statusError(reqs); e != "" {
 				w.WriteError(e) // counted by execOne, as every Run error
 				return
 			}
-			for _, op := range ops {
-				n += op.N
-				if k == store.OpExists {
-					c.srv.countLookup(op.N > 0)
-				}
+			for _, r := range reqs {
+				n += count(c, r)
 			}
 		}
 		w.WriteInt(n)
 	}
+}
+
+// delCount is 1 for a DelReq that removed its key.
+func delCount(_ *Client, r store.Request) int64 {
+	if r.(*store.DelReq).Removed {
+		return 1
+	}
+	return 0
+}
+
+// existsCount is 1 for an ExistsReq whose key is live, and counts the
+// lookup.
+func existsCount(c *Client, r store.Request) int64 {
+	found := r.(*store.ExistsReq).Exists
+	c.srv.countLookup(found)
+	if found {
+		return 1
+	}
+	return 0
 }
 
 // countLookup counts a key read for INFO's keyspace_hits and
@@ -106,46 +159,49 @@ func (s *Server) countLookup(found bool) {
 }
 
 // GET key
-func getReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	c.srv.countLookup(ops[0].Found)
-	if ops[0].Err == store.ErrWrongType {
+func getReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
+	r := reqs[0].(*store.GetReq)
+	c.srv.countLookup(r.Found)
+	if r.Err == store.ErrWrongType {
 		c.srv.countError(ErrWrongType)
 		w.WriteError(ErrWrongType)
 		return
 	}
-	if !ops[0].Found {
+	if !r.Found {
 		w.WriteNull()
 		return
 	}
-	w.WriteBulkUint(ops[0].TAT)
+	w.WriteBulkUint(r.TAT)
 }
 
-// DEL|UNLINK|EXISTS key [key ...]
-func sumReply(_ *Client, w *Out, _ [][]byte, ops []*store.Op) {
+// DEL|UNLINK|CL.RESET key [key ...]
+func delReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
 	var n int64
-	for _, op := range ops {
-		n += op.N
+	for _, r := range reqs {
+		n += delCount(c, r)
 	}
 	w.WriteInt(n)
 }
 
 // EXISTS key [key ...]
-func existsReply(c *Client, w *Out, args [][]byte, ops []*store.Op) {
-	for _, op := range ops {
-		c.srv.countLookup(op.N > 0)
+func existsReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
+	var n int64
+	for _, r := range reqs {
+		n += existsCount(c, r)
 	}
-	sumReply(c, w, args, ops)
+	w.WriteInt(n)
 }
 
 // PTTL key
-func pttlReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	c.srv.countLookup(ops[0].N != -2)
-	w.WriteInt(ops[0].N)
+func pttlReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
+	ms := reqs[0].(*store.PTTLReq).PTTL
+	c.srv.countLookup(ms != -2)
+	w.WriteInt(ms)
 }
 
 // TTL key: seconds, rounded to nearest as Redis does.
-func ttlReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	ms := ops[0].N
+func ttlReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
+	ms := reqs[0].(*store.PTTLReq).PTTL
 	c.srv.countLookup(ms != -2)
 	if ms < 0 {
 		w.WriteInt(ms)
@@ -155,30 +211,34 @@ func ttlReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
 }
 
 // TYPE key
-func typeReply(c *Client, w *Out, _ [][]byte, ops []*store.Op) {
-	c.srv.countLookup(ops[0].N != 0)
-	if ops[0].N != 0 {
-		w.WriteString(limit.Kind(ops[0].N).TypeName())
+func typeReply(c *Client, w *Out, _ [][]byte, reqs []store.Request) {
+	k := reqs[0].(*store.TypeReq).Kind
+	c.srv.countLookup(k != 0)
+	if k != 0 {
+		w.WriteString(k.TypeName())
 	} else {
 		w.WriteString("none")
 	}
 }
 
-// everyShard runs one op of kind k on every shard and returns the ops.
-func (c *Client) everyShard(k store.Kind, setup func(*store.Op)) []*store.Op {
+// everyShard runs one request on every shard, each taken from fl and
+// filled by setup (if set), and returns them.
+func everyShard[T any, P interface {
+	*T
+	store.Request
+}](c *Client, fl *freeList[T], setup func(P)) []P {
 	n := c.srv.st.NumShards()
-	ops := make([]*store.Op, n)
-	for i := range ops {
-		op := c.NewOp()
-		op.Kind = k
+	reqs := make([]P, n)
+	for i := range reqs {
+		r := P(fl.get())
 		if setup != nil {
-			setup(op)
+			setup(r)
 		}
-		ops[i] = op
-		c.QueueTo(i, op)
+		reqs[i] = r
+		c.QueueTo(i, r)
 	}
 	c.runNow()
-	return ops
+	return reqs
 }
 
 // globPattern returns nil for "*", which matches everything (Redis skips
@@ -193,17 +253,17 @@ func globPattern(p []byte) []byte {
 // KEYS pattern
 func keysCmd(c *Client, w *Out, args [][]byte) {
 	pat := globPattern(args[1])
-	ops := c.everyShard(store.OpKeys, func(op *store.Op) { op.Pattern = pat })
+	reqs := everyShard(c, &c.reqs.keys, func(r *store.KeysReq) { r.Pattern = pat })
 	n := 0
-	for _, op := range ops {
-		n += len(op.Keys)
+	for _, r := range reqs {
+		n += len(r.Keys)
 	}
 	w.WriteArray(n)
-	for _, op := range ops {
-		for _, k := range op.Keys {
+	for _, r := range reqs {
+		for _, k := range r.Keys {
 			w.WriteBulk(k)
 		}
-		op.Keys = nil
+		r.Keys = nil
 	}
 }
 
@@ -251,22 +311,21 @@ func scanCmd(c *Client, w *Out, args [][]byte) {
 	var keys [][]byte
 	budget := count
 	for sh < shards && budget > 0 {
-		op := c.NewOp()
-		op.Kind = store.OpScan
-		op.Cursor = pos
-		op.Count = int(min(budget, 1<<30))
-		op.Pattern = pat
-		c.QueueTo(int(sh), op)
+		r := c.reqs.scan.get()
+		r.Cursor = pos
+		r.Count = int(min(budget, 1<<30))
+		r.Pattern = pat
+		c.QueueTo(int(sh), r)
 		c.runNow()
 		if typeOK {
-			keys = append(keys, op.Keys...)
+			keys = append(keys, r.Keys...)
 		}
-		op.Keys = nil
-		budget -= op.N
-		if op.Cursor == 0 {
+		r.Keys = nil
+		budget -= r.Examined
+		if r.Next == 0 {
 			sh, pos = sh+1, 0
 		} else {
-			pos = op.Cursor
+			pos = r.Next
 		}
 	}
 	next := uint64(0)
@@ -312,8 +371,8 @@ func parseScanCursor(b []byte) (uint64, bool) {
 // DBSIZE
 func dbsizeCmd(c *Client, w *Out, _ [][]byte) {
 	var n int64
-	for _, op := range c.everyShard(store.OpDBSize, nil) {
-		n += op.N
+	for _, r := range everyShard[store.DBSizeReq](c, &c.reqs.dbsize, nil) {
+		n += r.Keys
 	}
 	w.WriteInt(n)
 }
@@ -328,6 +387,6 @@ func flushCmd(c *Client, w *Out, args [][]byte) {
 		w.WriteError(ErrSyntax)
 		return
 	}
-	c.everyShard(store.OpFlush, nil)
+	everyShard[store.FlushReq](c, &c.reqs.flush, nil)
 	w.WriteOK()
 }

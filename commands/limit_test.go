@@ -54,3 +54,37 @@ func TestLimitCrossSlot(t *testing.T) {
 	assert.Equal(t, "-"+ErrWrongType+"\r\n", p.cmd("GET", a))
 	assert.Equal(t, ":2\r\n", p.cmd("CL.RESET", a, b, a, "nokey"))
 }
+
+// TestKeyedCommandsAllocateNothingWhenWarm: every keyed command takes its
+// store request from the client's free lists, so a warm client's pipeline
+// of them allocates nothing. (CL.LIMIT, CL.INSPECT and CL.RESET are not
+// here: package limit's parsing and CL.INSPECT's fields allocate.)
+func TestKeyedCommandsAllocateNothingWhenWarm(t *testing.T) {
+	h := newHarness(t, Config{})
+	var cmds [][][]byte
+	for _, c := range [][]string{
+		{"CL.THROTTLE", "k1", "100", "1", "1"},
+		{"CL.PEEK", "k1", "100", "1", "1"},
+		{"GET", "k1"},
+		{"EXISTS", "k1", "nope", "k2"},
+		{"PTTL", "k1"},
+		{"TTL", "k2"},
+		{"TYPE", "k1"},
+		{"DEL", "k9", "k8"},
+		{"UNLINK", "k7"},
+	} {
+		var argv [][]byte
+		for _, a := range c {
+			argv = append(argv, []byte(a))
+		}
+		cmds = append(cmds, argv)
+	}
+	var out Out
+	h.srv.Exec(h.c, cmds, &out)
+	assert.NotContains(t, "\n"+string(out.B), "\n-", "a command failed: %q", out.B)
+	allocs := testing.AllocsPerRun(100, func() {
+		out.B = out.B[:0]
+		h.srv.Exec(h.c, cmds, &out)
+	})
+	assert.Zero(t, allocs)
+}

@@ -3,9 +3,9 @@
 // error texts, which match Redis 7 and redis-cell byte for byte.
 //
 // The wire layer hands each pipeline to Server.Exec with a Client and an Out
-// buffer. Keyed commands are parsed on the connection goroutine and their
-// store ops batched per shard; every other command runs in order after the
-// ops before it are done.
+// buffer. Keyed commands are parsed on the connection goroutine into typed
+// store requests, batched per shard; every other command runs in order
+// after the requests before it are done.
 package commands
 
 import (
@@ -257,15 +257,17 @@ type Client struct {
 	// folding its case and hashing it for the table.
 	lastName []byte
 	lastLook *Command
-	ops      []*store.Op
-	nops     int
-	slots    []slot
+	// queued are the pipeline's requests in queue order, from free lists
+	// in reqs; both are reused from one pipeline to the next.
+	queued []store.Request
+	reqs   requests
+	slots  []slot
 }
 
 type slot struct {
 	cmd      *Command
 	args     [][]byte
-	from, to int          // ops[from:to]
+	from, to int          // queued[from:to]
 	call     service.Call // a Call command's, queued through the service
 	err      string
 }
@@ -390,34 +392,29 @@ func (s *Server) CountOutputBufferLimit() { s.stats.outputBufLimit.Add(1) }
 // CountIdleTimeout counts a client closed for being idle (timeout).
 func (s *Server) CountIdleTimeout() { s.stats.idleTimeouts.Add(1) }
 
-// Queue hands op to the store as part of this pipeline's batch for its key's
-// shard. Only Queue handlers call it.
-func (c *Client) Queue(op *store.Op) { c.sess.Add(op) }
-
-// QueueTo hands a shard-wide op to shard i.
-func (c *Client) QueueTo(i int, op *store.Op) { c.sess.AddTo(i, op) }
-
-// NewOp returns a cleared op from the client's pool.
-func (c *Client) NewOp() *store.Op {
-	if c.nops == len(c.ops) {
-		// Ops come in slabs: a command with many keys needs many.
-		slab := make([]store.Op, min(max(len(c.ops), 1), 256))
-		for i := range slab {
-			c.ops = append(c.ops, &slab[i])
-		}
-	}
-	op := c.ops[c.nops]
-	c.nops++
-	keys := op.Keys[:0]
-	*op = store.Op{Keys: keys}
-	return op
+// queue hands r to the store as part of this pipeline's batch for its key's
+// shard. (A function of R rather than a method taking a KeyedRequest: the
+// request is kept as a Request too, and converting one interface to
+// another looks its method table up on every call.)
+func queue[R store.KeyedRequest](c *Client, r R) {
+	c.sess.Add(r)
+	c.queued = append(c.queued, r)
 }
 
-// runNow executes the ops queued so far and recycles the op pool. Only Run
-// handlers call it (after finish, so no pipeline slot still holds ops).
+// QueueTo hands r to shard i: a shard-wide request, or one whose keys all
+// live there.
+func (c *Client) QueueTo(i int, r store.Request) {
+	c.sess.AddTo(i, r)
+	c.queued = append(c.queued, r)
+}
+
+// runNow executes the requests queued so far and makes the client's free
+// lists reusable. Only Run handlers call it (after finish, so no pipeline
+// slot still holds requests); what they read of a request after it must
+// come before they take another of its kind.
 func (c *Client) runNow() {
 	c.sess.Run()
-	c.recycleOps()
+	c.recycle()
 }
 
 // Slow reports whether a pipeline holds a Slow command (see Command.Slow).
@@ -537,7 +534,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		return
 	}
 	if cmd.Queue != nil && run == nil {
-		from := c.nops
+		from := len(c.queued)
 		e := s.queue(cmd, c, args)
 		st.calls.Add(1)
 		if e != "" {
@@ -546,7 +543,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 			st.failed.Add(1)
 			return
 		}
-		c.slots = append(c.slots, slot{cmd: cmd, args: args, from: from, to: c.nops})
+		c.slots = append(c.slots, slot{cmd: cmd, args: args, from: from, to: len(c.queued)})
 		return
 	}
 	s.finish(c, out)
@@ -676,7 +673,7 @@ func (c *Client) reject(cmd *Command, e string) {
 	c.errSlot(e)
 }
 
-// finish runs the queued ops and writes the replies of every pending slot.
+// finish runs the queued requests and writes the replies of every pending slot.
 func (s *Server) finish(c *Client, out *Out) {
 	if len(c.slots) == 0 {
 		return
@@ -698,8 +695,8 @@ func (s *Server) finish(c *Client, out *Out) {
 			s.answer(c, out, sl, per)
 			continue
 		}
-		ops := c.ops[sl.from:sl.to]
-		if e := opsError(ops); e != "" {
+		reqs := c.queued[sl.from:sl.to]
+		if e := statusError(reqs); e != "" {
 			s.countError(e)
 			out.WriteError(e)
 			c.stat(sl.cmd).failed.Add(1)
@@ -715,7 +712,7 @@ func (s *Server) finish(c *Client, out *Out) {
 					s.log.Error("reply panicked", "cmd", sl.cmd.Name, "panic", r, "stack", string(debug.Stack()))
 				}
 			}()
-			sl.cmd.Reply(c, out, sl.args, ops)
+			sl.cmd.Reply(c, out, sl.args, reqs)
 		}()
 		sl.args = nil
 	}
@@ -724,7 +721,7 @@ func (s *Server) finish(c *Client, out *Out) {
 	} else {
 		c.slots = c.slots[:0]
 	}
-	c.recycleOps()
+	c.recycle()
 }
 
 // answer writes a Call command's reply once its session ran: its error
@@ -751,25 +748,29 @@ func (s *Server) answer(c *Client, out *Out, sl *slot, usec int64) {
 	sl.cmd.Answer(c, out, call)
 }
 
-// maxKeptOps is how many ops (and reply slots) a client keeps for its next
-// pipeline: a command with millions of keys needs as many, and they must not
-// stay allocated for as long as the connection lives.
+// maxKeptOps is how many requests of each kind (and reply slots) a client
+// keeps for its next pipeline: a command with millions of keys needs as
+// many, and they must not stay allocated for as long as the connection
+// lives.
 const maxKeptOps = 4096
 
-// recycleOps makes the op pool reusable, dropping what is past maxKeptOps.
-func (c *Client) recycleOps() {
+// recycle makes the free lists and the queue reusable, dropping what is
+// past maxKeptOps. The requests stay as they are until taken again, so a
+// Run handler reads them after runNow.
+func (c *Client) recycle() {
 	c.calls.recycle()
-	c.nops = 0
-	if len(c.ops) > maxKeptOps {
-		clear(c.ops[maxKeptOps:])
-		c.ops = c.ops[:maxKeptOps:maxKeptOps]
+	c.reqs.reset()
+	if cap(c.queued) > maxKeptOps {
+		c.queued = nil
+	} else {
+		c.queued = c.queued[:0]
 	}
 }
 
-// opsError maps store-level failures (not command errors) to a reply.
-func opsError(ops []*store.Op) string {
-	for _, op := range ops {
-		switch op.Err {
+// statusError maps store-level failures (not command errors) to a reply.
+func statusError(reqs []store.Request) string {
+	for _, r := range reqs {
+		switch r.Status() {
 		case store.ErrPanic:
 			return ErrInternal
 		case store.ErrClosed:

@@ -12,10 +12,11 @@ import (
 // and how it runs.
 //
 // A keyed command (Queue and Reply set) parses its arguments on the
-// connection goroutine and queues store ops; the pipeline's ops go to each
-// shard as one batch, and Reply then writes its answer from the finished ops.
-// Any other command (Run set) runs in order after the ops queued before it
-// are done, and writes its reply directly.
+// connection goroutine and queues typed store requests; the pipeline's
+// requests go to each shard as one batch, and Reply then writes its answer
+// from the finished requests. Any other command (Run set) runs in order
+// after the requests queued before it are done, and writes its reply
+// directly.
 type Command struct {
 	Name     string // lower case; for subcommands "parent|sub"
 	Arity    int    // Redis convention: N exact, -N at least N (command name included)
@@ -37,16 +38,18 @@ type Command struct {
 	Slow bool
 	Tips []string // COMMAND tips, e.g. "request_policy:all_shards" (cluster clients fan out on it)
 
-	// Queue checks and parses args, queuing ops with c.Queue. A non-empty
-	// return is an error reply for this command, and no ops may be queued.
+	// Queue checks and parses args, queuing typed store requests with
+	// queue or c.QueueTo. A non-empty return is an error reply for this
+	// command, and no request may be queued.
 	Queue func(c *Client, args [][]byte) string
-	// Reply writes the reply from this command's ops, in queue order.
-	Reply func(c *Client, w *Out, args [][]byte, ops []*store.Op)
+	// Reply writes the reply from this command's requests, in queue order
+	// (each of the type its Queue handler queued).
+	Reply func(c *Client, w *Out, args [][]byte, reqs []store.Request)
 	// Run executes a non-keyed command.
 	Run func(c *Client, w *Out, args [][]byte)
 	// Many, if set, runs a keyed command instead of Queue when it has more
 	// than maxKeptOps arguments: in chunks of keys, so that a command naming
-	// millions of keys does not hold an op for each at once.
+	// millions of keys does not hold a request for each at once.
 	Many func(c *Client, w *Out, args [][]byte)
 	// Call, if set, parses args into a call of the decision API (package
 	// service), taken from the client's pools; the server queues it through

@@ -28,8 +28,8 @@ type Throttle struct {
 	Result gcra.Result
 	Err    error
 
-	op   store.Op
-	peek store.PeekReq
+	throttle store.ThrottleReq
+	peek     store.PeekReq
 }
 
 func (t *Throttle) err() error { return t.Err }
@@ -37,22 +37,27 @@ func (t *Throttle) err() error { return t.Err }
 func (t *Throttle) check(s *Service) error { return s.checkKey(t.Key) }
 
 func (t *Throttle) queue(s *Service, sess *store.Session) {
-	t.op = store.Op{Kind: store.OpThrottle, Key: t.Key, Params: t.Params}
 	if t.Peek {
 		t.peek = store.PeekReq{Key: t.Key, Params: t.Params}
-		t.op.Kind, t.op.Req = store.OpReq, &t.peek
-		sess.AddTo(s.st.ShardOf(t.Key), &t.op)
+		sess.Add(&t.peek)
 		return
 	}
-	sess.Add(&t.op)
+	t.throttle = store.ThrottleReq{Key: t.Key, Params: t.Params}
+	sess.Add(&t.throttle)
 }
 
 // Done fills Result and Err from the store's answer; call it after the
 // session ran (Do does).
 func (t *Throttle) Done() {
-	err, res := t.op.Err, &t.op.Result
-	if t.Peek && err == nil {
-		err, res = t.peek.Err, &t.peek.Result
+	err, res := t.throttle.Status(), &t.throttle.Result
+	if err == nil {
+		err = t.throttle.Err
+	}
+	if t.Peek {
+		err, res = t.peek.Status(), &t.peek.Result
+		if err == nil {
+			err = t.peek.Err
+		}
 	}
 	t.Result, t.Err = *res, storeErr(err)
 	if t.Err == nil && t.Result.Write && t.Result.Expiry == gcra.ExpireError {
@@ -74,7 +79,6 @@ type Limit struct {
 	Err      error
 
 	req store.LimitReq
-	op  store.Op
 }
 
 // Results are the per-limit outcomes, one for each of Call.Limits, valid
@@ -90,24 +94,23 @@ func (l *Limit) check(s *Service) error {
 
 func (l *Limit) queue(s *Service, sess *store.Session) {
 	l.req.Call = l.Call
-	l.op = store.Op{Kind: store.OpReq, Req: &l.req}
 	st := s.st
 	sh := st.ShardOf(l.Call.Limits[0].Key)
 	for _, sp := range l.Call.Limits[1:] {
 		if st.ShardOf(sp.Key) != sh {
 			// Several shards: run with each of them parked, in order with
 			// the session's other calls.
-			sess.AddHeld(&l.op)
+			sess.AddHeld(&l.req)
 			return
 		}
 	}
-	sess.AddTo(sh, &l.op)
+	sess.AddTo(sh, &l.req)
 }
 
 // Done fills Decision and Err from the store's answer; call it after the
 // session ran (Do does).
 func (l *Limit) Done() {
-	err := l.op.Err
+	err := l.req.Status()
 	if err == nil {
 		err = l.req.Err
 	}
@@ -124,7 +127,7 @@ type Reset struct {
 	Removed int64
 	Err     error
 
-	ops []store.Op
+	dels []store.DelReq
 }
 
 func (r *Reset) err() error { return r.Err }
@@ -134,25 +137,27 @@ func (r *Reset) check(s *Service) error {
 }
 
 func (r *Reset) queue(s *Service, sess *store.Session) {
-	if cap(r.ops) < len(r.Keys) {
-		r.ops = make([]store.Op, len(r.Keys))
+	if cap(r.dels) < len(r.Keys) {
+		r.dels = make([]store.DelReq, len(r.Keys))
 	}
-	r.ops = r.ops[:len(r.Keys)]
+	r.dels = r.dels[:len(r.Keys)]
 	for i, k := range r.Keys {
-		r.ops[i] = store.Op{Kind: store.OpDel, Key: k}
-		sess.Add(&r.ops[i])
+		r.dels[i] = store.DelReq{Key: k}
+		sess.Add(&r.dels[i])
 	}
 }
 
 // Done fills Removed and Err; call it after the session ran (Do does).
 func (r *Reset) Done() {
 	r.Removed, r.Err = 0, nil
-	for i := range r.ops {
-		if err := storeErr(r.ops[i].Err); err != nil {
+	for i := range r.dels {
+		if err := storeErr(r.dels[i].Status()); err != nil {
 			r.Err = err
 			continue
 		}
-		r.Removed += r.ops[i].N
+		if r.dels[i].Removed {
+			r.Removed++
+		}
 	}
 }
 
@@ -168,7 +173,6 @@ type Inspect struct {
 	PTTL   int64
 	Err    error
 
-	op  store.Op
 	req store.InspectReq
 }
 
@@ -178,14 +182,13 @@ func (in *Inspect) check(s *Service) error { return s.checkKey(in.Key) }
 
 func (in *Inspect) queue(s *Service, sess *store.Session) {
 	in.req = store.InspectReq{Key: in.Key, State: in.req.State}
-	in.op = store.Op{Kind: store.OpReq, Req: &in.req}
-	sess.AddTo(s.st.ShardOf(in.Key), &in.op)
+	sess.Add(&in.req)
 }
 
 // Done fills the outcome; call it after the session ran (Do does).
 func (in *Inspect) Done() {
 	in.Found, in.Fields, in.PTTL = false, nil, 0
-	if in.Err = storeErr(in.op.Err); in.Err != nil || !in.req.Found {
+	if in.Err = storeErr(in.req.Status()); in.Err != nil || !in.req.Found {
 		return
 	}
 	fs, err := limit.Inspect(in.req.State)
@@ -199,7 +202,7 @@ func (in *Inspect) Done() {
 // Trim drops the call's per-key buffers if they grew past n keys, so that
 // a reused Reset does not keep one huge call's memory.
 func (r *Reset) Trim(n int) {
-	if cap(r.ops) > n {
-		r.ops = nil
+	if cap(r.dels) > n {
+		r.dels = nil
 	}
 }

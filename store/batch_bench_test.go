@@ -27,16 +27,18 @@ func BenchmarkShardBatch(b *testing.B) {
 			defer sh.t.release()
 			params := gcra.Params{MaxBurst: 1000, Count: 1, Period: 3600, Quantity: 1}
 			now := int64(1_700_000_000_000_000_000)
-			ops := make([]*Op, depth)
+			ops := make([]*ThrottleReq, depth)
+			envs := make([]*envelope, depth)
 			bufs := make([][]byte, depth)
 			for i := range ops {
-				ops[i] = &Op{Kind: OpThrottle, Params: params}
+				ops[i] = &ThrottleReq{Params: params}
 			}
 			for i := 0; i < n; i++ {
 				ops[0].Key = liveKey(bufs[0], i)
 				bufs[0] = ops[0].Key
-				sh.warm(ops[:1])
-				sh.exec(ops[0], now)
+				envs[0] = ops[0].route()
+				sh.warm(envs[:1])
+				sh.exec(envs[0], now)
 			}
 			r := rand.New(rand.NewPCG(1, 2))
 			b.ReportAllocs()
@@ -45,11 +47,12 @@ func BenchmarkShardBatch(b *testing.B) {
 				for j, op := range ops {
 					op.Key = liveKey(bufs[j], r.IntN(n))
 					bufs[j] = op.Key
+					envs[j] = op.route() // as Session.Add does
 				}
-				sh.warm(ops)
-				for _, op := range ops {
-					sh.exec(op, now)
-					if op.Err != nil || op.Result.Limited {
+				sh.warm(envs)
+				for j, op := range ops {
+					sh.exec(envs[j], now)
+					if op.Status() != nil || op.Err != nil || op.Result.Limited {
 						b.Fatal("unexpected", op.Err, op.Result)
 					}
 				}

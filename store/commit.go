@@ -570,7 +570,7 @@ func (s *Store) rewriteBeforeClose() {
 	var wg sync.WaitGroup
 	wg.Add(len(ids))
 	for _, i := range ids {
-		s.shards[i].in <- &batch{ops: []*Op{{Kind: opSnapshot}}, wg: &wg}
+		s.shards[i].in <- &batch{ops: []*envelope{newShardFunc(func(sh *shard, _ int64) { sh.snapshot() })}, wg: &wg}
 	}
 	wg.Wait()
 }

@@ -29,20 +29,18 @@ import (
 
 // doThrottle runs CL.THROTTLE on key.
 func doThrottle(st *Store, key string, p gcra.Params) (gcra.Result, error) {
-	op := &Op{Kind: OpThrottle, Key: []byte(key), Params: p}
-	ddRun(st, op)
-	return op.Result, op.Err
+	r := &ThrottleReq{Key: []byte(key), Params: p}
+	if err := ddRun(st, r); err != nil {
+		return gcra.Result{}, err
+	}
+	return r.Result, r.Err
 }
 
 // doPeek runs CL.PEEK on key.
 func doPeek(st *Store, key string, p gcra.Params) (gcra.Result, error) {
 	r := &PeekReq{Key: []byte(key), Params: p}
-	s := st.NewSession()
-	op := &Op{Kind: OpReq, Req: r}
-	s.AddTo(st.ShardOf(r.Key), op)
-	s.Run()
-	if op.Err != nil {
-		return gcra.Result{}, op.Err
+	if err := ddRun(st, r); err != nil {
+		return gcra.Result{}, err
 	}
 	return r.Result, r.Err
 }
@@ -52,16 +50,15 @@ func doPeek(st *Store, key string, p gcra.Params) (gcra.Result, error) {
 // (Session.AddHeld).
 func doLimit(st *Store, call limit.Call) (*LimitReq, error) {
 	r := &LimitReq{Call: call}
-	op := &Op{Kind: OpReq, Req: r}
 	s := st.NewSession()
 	if ids := r.Shards(st, nil); len(ids) == 1 {
-		s.AddTo(ids[0], op)
+		s.AddTo(ids[0], r)
 	} else {
-		s.AddHeld(op)
+		s.AddHeld(r)
 	}
 	s.Run()
-	if op.Err != nil {
-		return r, op.Err
+	if err := r.Status(); err != nil {
+		return r, err
 	}
 	return r, r.Err
 }
@@ -69,96 +66,83 @@ func doLimit(st *Store, call limit.Call) (*LimitReq, error) {
 // doInspect returns a key's encoded state and PTTL (CL.INSPECT).
 func doInspect(st *Store, key string) (state []byte, pttl int64, found bool, err error) {
 	r := &InspectReq{Key: []byte(key)}
-	op := &Op{Kind: OpReq, Req: r}
-	s := st.NewSession()
-	s.AddTo(st.ShardOf(r.Key), op)
-	s.Run()
-	return r.State, r.PTTL, r.Found, op.Err
+	err = ddRun(st, r)
+	return r.State, r.PTTL, r.Found, err
 }
 
 // doPTTL returns PTTL key: -2 missing, -1 no expiry, else ms left.
 func doPTTL(st *Store, key string) (int64, error) {
-	op := &Op{Kind: OpPTTL, Key: []byte(key)}
-	ddRun(st, op)
-	return op.N, op.Err
+	r := &PTTLReq{Key: []byte(key)}
+	err := ddRun(st, r)
+	return r.PTTL, err
 }
 
 // doDel deletes key, reporting whether a live key was removed.
 func doDel(st *Store, key string) (bool, error) {
-	op := &Op{Kind: OpDel, Key: []byte(key)}
-	ddRun(st, op)
-	return op.N == 1, op.Err
+	r := &DelReq{Key: []byte(key)}
+	err := ddRun(st, r)
+	return r.Removed, err
+}
+
+// onEveryShard runs one request of each shard, made by mk, and returns
+// them once all ran.
+func onEveryShard[R Request](st *Store, mk func() R) ([]R, error) {
+	rs := make([]R, st.NumShards())
+	s := st.NewSession()
+	for i := range rs {
+		rs[i] = mk()
+		s.AddTo(i, rs[i])
+	}
+	s.Run()
+	for _, r := range rs {
+		if err := r.Status(); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
 }
 
 // doDBSize sums DBSIZE over the shards.
 func doDBSize(st *Store) (int64, error) {
-	ops := make([]*Op, st.NumShards())
-	s := st.NewSession()
-	for i := range ops {
-		ops[i] = &Op{Kind: OpDBSize}
-		s.AddTo(i, ops[i])
-	}
-	s.Run()
+	rs, err := onEveryShard(st, func() *DBSizeReq { return &DBSizeReq{} })
 	var n int64
-	for _, op := range ops {
-		if op.Err != nil {
-			return 0, op.Err
-		}
-		n += op.N
+	for _, r := range rs {
+		n += r.Keys
 	}
-	return n, nil
+	return n, err
 }
 
 // doDump returns every live key of the slot ranges, with its state and
 // expiry, in key order.
 func doDump(st *Store, ranges [][2]int) ([]Entry, error) {
-	ops := make([]*Op, st.NumShards())
-	s := st.NewSession()
-	for i := range ops {
-		ops[i] = &Op{Kind: OpDumpSlots, Ranges: ranges}
-		s.AddTo(i, ops[i])
-	}
-	s.Run()
+	rs, err := onEveryShard(st, func() *DumpSlotsReq { return &DumpSlotsReq{Ranges: ranges} })
 	var es []Entry
-	for _, op := range ops {
-		if op.Err != nil {
-			return nil, op.Err
-		}
-		es = append(es, op.Entries...)
+	for _, r := range rs {
+		es = append(es, r.Entries...)
 	}
 	sort.Slice(es, func(i, j int) bool { return string(es[i].Key) < string(es[j].Key) })
-	return es, nil
+	return es, err
 }
 
 // doDrop removes every key of the slot ranges, returning how many.
 func doDrop(st *Store, ranges [][2]int) (int64, error) {
-	ops := make([]*Op, st.NumShards())
-	s := st.NewSession()
-	for i := range ops {
-		ops[i] = &Op{Kind: OpDropSlots, Ranges: ranges}
-		s.AddTo(i, ops[i])
-	}
-	s.Run()
+	rs, err := onEveryShard(st, func() *DropSlotsReq { return &DropSlotsReq{Ranges: ranges} })
 	var n int64
-	for _, op := range ops {
-		if op.Err != nil {
-			return 0, op.Err
-		}
-		n += op.N
+	for _, r := range rs {
+		n += r.Dropped
 	}
-	return n, nil
+	return n, err
 }
 
 // doImport merges a moved entry into the store (CLUSTER IMPORTSTATE),
 // reporting whether the key changed.
 func doImport(st *Store, e Entry) (bool, error) {
 	r := &ImportReq{Key: e.Key, State: e.State, Expires: e.Expires}
-	op := &Op{Kind: OpReq, Req: r}
 	s := st.NewSession()
-	s.AddTo(st.ShardOf(e.Key), op)
+	s.AddTo(st.ShardOf(e.Key), r)
 	s.Run()
-	if op.Err != nil {
-		return false, op.Err
+	if err := r.Status(); err != nil {
+		return false, err
 	}
 	return r.Applied, r.Err
 }
@@ -171,10 +155,12 @@ func doLoaded(st *Store) (keys, expired int64) {
 	return ps.KeysLoaded, ps.ExpiredAtLoad
 }
 
-func ddRun(st *Store, op *Op) {
+// ddRun runs one keyed request and returns the store's status.
+func ddRun(st *Store, r KeyedRequest) error {
 	s := st.NewSession()
-	s.Add(op)
+	s.Add(r)
 	s.Run()
+	return r.Status()
 }
 
 // The harness. Times in the files are relative to an epoch (default

@@ -60,8 +60,9 @@ func newHold(shards int) *hold {
 // shard any of them names. That is what makes a pipeline of cross-shard
 // calls cost one hold, not one each; pipelines of single-shard ops never
 // reach this code.
-func (ss *Session) AddHeld(op *Op) {
-	op.Err = nil
+func (ss *Session) AddHeld(r HeldRequest) {
+	op := r.env()
+	op.req, op.key, op.keyed, op.status = r, nil, false, nil
 	if len(ss.touched) > 0 {
 		ss.runBatches()
 	}
@@ -81,13 +82,13 @@ func (ss *Session) runHeld() {
 	h := ss.hold
 	h.ids = h.ids[:0]
 	for _, op := range ss.held {
-		h.ids = op.Req.(HeldRequest).Shards(st, h.ids)
+		h.ids = op.req.(HeldRequest).Shards(st, h.ids)
 	}
 	st.mu.RLock()
 	if st.closed {
 		st.mu.RUnlock()
 		for _, op := range ss.held {
-			op.Err = ErrClosed
+			op.status = ErrClosed
 		}
 		ss.resetHeld()
 		return
@@ -114,13 +115,13 @@ func (ss *Session) runHeld() {
 
 // runHeldOne runs one held request; a panic fails it alone, as a panic in
 // a shard's op fails that op alone.
-func runHeldOne(op *Op, shardOf func(key []byte) *shard, now int64) {
+func runHeldOne(op *envelope, shardOf func(key []byte) *shard, now int64) {
 	defer func() {
 		if p := recover(); p != nil {
-			op.Err = ErrPanic
+			op.status = ErrPanic
 		}
 	}()
-	op.Req.(HeldRequest).runHeld(shardOf, now)
+	op.req.(HeldRequest).runHeld(shardOf, now)
 }
 
 func (ss *Session) resetHeld() {

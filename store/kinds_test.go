@@ -14,7 +14,7 @@ import (
 func runReq(st *Store, keys []string, reqs ...Request) {
 	s := st.NewSession()
 	for i, r := range reqs {
-		s.AddTo(st.ShardOf([]byte(keys[i])), &Op{Kind: OpReq, Req: r})
+		s.AddTo(st.ShardOf([]byte(keys[i])), r)
 	}
 	s.Run()
 }
@@ -75,22 +75,22 @@ func TestEveryKindStoredPersistedAndTyped(t *testing.T) {
 				for name, s := range states {
 					for i := range 50 {
 						key := fmt.Sprintf("%s:%0*d", name, i%3*12, i)
-						typ, get, pttl := &Op{Kind: OpType, Key: []byte(key)}, &Op{Kind: OpGet, Key: []byte(key)}, &Op{Kind: OpPTTL, Key: []byte(key)}
+						typ, get, pttl := &TypeReq{Key: []byte(key)}, &GetReq{Key: []byte(key)}, &PTTLReq{Key: []byte(key)}
 						thr := throttleOp(key, 10, 1, 60, 1)
 						run(st, typ, get, pttl, thr)
-						assert.Equal(t, int64(limit.KindOf(s.state)), typ.N, key)
-						assert.Equal(t, "cl-limit", limit.Kind(typ.N).TypeName())
+						assert.Equal(t, limit.KindOf(s.state), typ.Kind, key)
+						assert.Equal(t, "cl-limit", typ.Kind.TypeName())
 						assert.Equal(t, ErrWrongType, get.Err, key)
 						assert.Equal(t, ErrWrongType, thr.Err, key)
-						assert.Equal(t, s.exp-nowMs, pttl.N, key)
+						assert.Equal(t, s.exp-nowMs, pttl.PTTL, key)
 					}
 				}
-				typ := &Op{Kind: OpType, Key: []byte("gcra")}
+				typ := &TypeReq{Key: []byte("gcra")}
 				run(st, typ)
-				assert.Equal(t, "string", limit.Kind(typ.N).TypeName())
+				assert.Equal(t, "string", typ.Kind.TypeName())
 				got := map[string][]byte{}
 				for i := range st.NumShards() {
-					op := &Op{Kind: OpDumpSlots, Ranges: [][2]int{{0, cluster.SlotCount - 1}}}
+					op := &DumpSlotsReq{Ranges: [][2]int{{0, cluster.SlotCount - 1}}}
 					s := st.NewSession()
 					s.AddTo(i, op)
 					s.Run()
@@ -131,15 +131,15 @@ func TestImportMergesByKind(t *testing.T) {
 	dump := &ImportReq{Key: []byte("k"), State: enc(t, limit.SWCState{WindowMS: w, StartMS: start, Cur: 1}), Expires: start + w}
 	runReq(st, []string{"k"}, dump)
 	assert.False(t, dump.Applied, "another kind merges nothing")
-	op := &Op{Kind: OpDumpSlots, Ranges: [][2]int{{0, cluster.SlotCount - 1}}}
+	op := &DumpSlotsReq{Ranges: [][2]int{{0, cluster.SlotCount - 1}}}
 	s := st.NewSession()
 	s.AddTo(st.ShardOf([]byte("k")), op)
 	s.Run()
 	require.Len(t, op.Entries, 1)
 	assert.Equal(t, fw(7), op.Entries[0].State, "counts of one window add up")
-	del := &Op{Kind: OpDel, Key: []byte("k")}
+	del := &DelReq{Key: []byte("k")}
 	run(st, del)
-	assert.Equal(t, int64(1), del.N)
+	assert.True(t, del.Removed)
 }
 
 // TestStateChurnCompactsArena: replacing states over and over leaves
@@ -158,13 +158,13 @@ func TestStateChurnCompactsArena(t *testing.T) {
 			b := enc(t, limit.SWLState{WindowMS: 60_000, Entries: log})
 			r := &ImportReq{Key: []byte(key), State: b, Expires: nowMs + 60_000}
 			// Delete first so the import replaces rather than unites.
-			run(st, &Op{Kind: OpDel, Key: []byte(key)})
+			run(st, &DelReq{Key: []byte(key)})
 			runReq(st, []string{key}, r)
 			require.True(t, r.Applied)
 			want[key] = b
 		}
 	}
-	op := &Op{Kind: OpDumpSlots, Ranges: [][2]int{{0, cluster.SlotCount - 1}}}
+	op := &DumpSlotsReq{Ranges: [][2]int{{0, cluster.SlotCount - 1}}}
 	s := st.NewSession()
 	s.AddTo(0, op)
 	s.Run()

@@ -11,10 +11,11 @@ import (
 // admit, every one with a cost above 0 is charged, in one step no other
 // request can see into. Fill Call; read Decision, Results and Err after it
 // ran. A LimitReq whose keys all live on one shard is an ordinary typed
-// request (an OpReq op on that shard, see Shards); one whose keys live on
+// request (Session.AddTo that shard, see Shards); one whose keys live on
 // several shards is a HeldRequest (Session.AddHeld). It holds no reference into the
 // store afterwards and can be reused.
 type LimitReq struct {
+	envelope
 	Call limit.Call // parsed by limit.ParseLimit
 
 	Decision limit.Decision

@@ -60,7 +60,7 @@ func TestSnapshotRoundsKeepStateAcrossRestart(t *testing.T) {
 				for j := 0; j < 60; j++ {
 					k := keys[rng.IntN(len(keys))]
 					if rng.IntN(8) == 0 {
-						sess.Add(&Op{Kind: OpDel, Key: []byte(k)})
+						sess.Add(&DelReq{Key: []byte(k)})
 					} else {
 						sess.Add(throttleOp(k, 100, 1, 3600, int64(rng.IntN(4))))
 					}
@@ -70,21 +70,21 @@ func TestSnapshotRoundsKeepStateAcrossRestart(t *testing.T) {
 				for i := 0; i < st.NumShards(); i++ {
 					switch rng.IntN(10) {
 					case 0:
-						sess.AddTo(i, &Op{Kind: opWriteOut})
+						sess.AddTo(i, &shardFunc{f: func(sh *shard, _ int64) { sh.startWriteOut() }})
 					case 1, 2, 3:
-						sess.AddTo(i, &Op{Kind: opStep})
+						sess.AddTo(i, &shardFunc{f: func(sh *shard, _ int64) { sh.step() }})
 					}
 				}
 				switch rng.IntN(150) {
 				case 0:
 					for i := 0; i < st.NumShards(); i++ {
-						sess.AddTo(i, &Op{Kind: OpFlush})
+						sess.AddTo(i, &FlushReq{})
 					}
 				case 1, 2:
 					lo := rng.IntN(cluster.SlotCount)
 					hi := min(lo+rng.IntN(3000), cluster.SlotCount-1)
 					for i := 0; i < st.NumShards(); i++ {
-						sess.AddTo(i, &Op{Kind: OpDropSlots, Ranges: [][2]int{{lo, hi}}})
+						sess.AddTo(i, &DropSlotsReq{Ranges: [][2]int{{lo, hi}}})
 					}
 				}
 				sess.Run()
@@ -120,9 +120,9 @@ func TestSnapshotRoundsKeepStateAcrossRestart(t *testing.T) {
 			snapMinBytes = 16 << 20
 			sess := st2.NewSession()
 			for i := 0; i < st2.NumShards(); i++ {
-				sess.AddTo(i, &Op{Kind: OpDropSlots, Ranges: [][2]int{{0, 8191}}})
+				sess.AddTo(i, &DropSlotsReq{Ranges: [][2]int{{0, 8191}}})
 			}
-			sess.AddTo(st2.NumShards()-1, &Op{Kind: OpFlush})
+			sess.AddTo(st2.NumShards()-1, &FlushReq{})
 			sess.Run()
 			want = snapshotState(st2, keys)
 			live = 0
@@ -204,14 +204,14 @@ func TestSnapshotChunkBetweenDeleteAndWriteOut(t *testing.T) {
 	st := openPersistent(t, dir, FsyncEverySec, clk, nil)
 	run(st, throttleOp("k", 5, 1, 60, 1))
 	st.persistAll() // "k" is on disk
-	run(st, &Op{Kind: OpDel, Key: []byte("k")})
+	run(st, &DelReq{Key: []byte("k")})
 	run(st, throttleOp("k", 5, 1, 60, 3))
 	want, ok, _ := state(st, "k")
 	require.True(t, ok)
 	i := st.ShardOf([]byte("k"))
 	sess := st.NewSession()
-	sess.AddTo(i, &Op{Kind: opSnapRound, Cursor: 99})
-	sess.AddTo(i, &Op{Kind: opStep})
+	sess.AddTo(i, &shardFunc{f: func(sh *shard, _ int64) { sh.startSnapshot(99) }})
+	sess.AddTo(i, &shardFunc{f: func(sh *shard, _ int64) { sh.step() }})
 	sess.Run()
 	st.persistAll()
 	require.NoError(t, st.Close())

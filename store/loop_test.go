@@ -22,29 +22,27 @@ func TestQueuedBatchGoesBeforeFirstStep(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 
-	var ins []*Op
+	var ins []Request
 	for i := 0; i < 3000; i++ {
 		ins = append(ins, throttleOp(fmt.Sprint("key", i), 10, 1, 3600, 1))
 	}
 	run(st, ins...) // 3000 dirty keys
 	// Let the idle shard finish migrating its index.
 	for {
-		op := &Op{Kind: opOldIndex}
-		s := st.NewSession()
-		s.AddTo(0, op)
-		s.Run()
-		if op.N == 0 {
+		var n int
+		st.onShard(0, func(sh *shard) { n = len(sh.t.old) - sh.t.oldPos })
+		if n == 0 {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
 
 	// b1: a long batch (no step is due while it runs) that starts a write-out.
-	var b1 []*Op
+	var b1 []Request
 	for i := 0; i < 5000; i++ {
-		b1 = append(b1, &Op{Kind: OpSlotCount, Slot: i})
+		b1 = append(b1, &SlotCountReq{Slot: i})
 	}
-	b1 = append(b1, &Op{Kind: opWriteOut})
+	b1 = append(b1, &shardFunc{f: func(sh *shard, _ int64) { sh.startWriteOut() }})
 	seq0 := st.p.seq.Load()
 	var b1done atomic.Bool
 	go func() {
@@ -58,7 +56,7 @@ func TestQueuedBatchGoesBeforeFirstStep(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	require.False(t, b1done.Load(), "b1 ended before b2 was queued: inconclusive")
 	s2 := st.NewSession()
-	s2.AddTo(0, &Op{Kind: OpFlush}) // queued behind b1
+	s2.AddTo(0, &FlushReq{}) // queued behind b1
 	s2.Run()
 	// 1: only FLUSH's record (the batch went first, the flush cancelled the
 	// write-out). 2: a 2048-key write-out chunk ran before the queued batch.

@@ -4,47 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 
-	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/limit"
 )
 
-// Kind says what an Op does.
-type Kind uint8
-
-// Op kinds. Single-key kinds are routed to the key's shard (Session.Add);
-// shard-wide kinds (DBSize, Flush, Scan, Keys, ...) go to the shard named in
-// Session.AddTo.
-const (
-	OpThrottle  Kind = iota // CL.THROTTLE: Params in, Result/Err out
-	OpGet                   // TAT, Found
-	OpDel                   // N = 1 if a live key was removed
-	OpExists                // N = 1 if the key is live
-	OpPTTL                  // N = -2 missing, -1 no expiry, else ms left
-	OpDBSize                // N = live keys in the shard
-	OpFlush                 // remove every key of the shard
-	OpScan                  // from Cursor, look at Count entries; Keys, N examined, Cursor (0 = shard done)
-	OpKeys                  // every live key matching Pattern
-	OpSlotCount             // N = live keys in Slot (route with AddTo(ShardOfSlot))
-	OpSlotKeys              // up to Count live keys in Slot
-	OpDropSlots             // remove every key whose slot is in Ranges, from memory and disk
-	OpDumpSlots             // Entries = every live key whose slot is in Ranges
-	OpType                  // N = the key's limit.Kind (KindGCRA for a TAT), 0 if missing
-	OpReq                   // run Req, a typed request (LimitReq, ImportReq); nothing else of the Op is used
-
-	opSweep     // one step of the expiry sweep, run on the owner (tests)
-	opSnapshot  // rewrite the shard's keys to disk (after a reopen)
-	opSnapRound // start the shard's snapshot of round Cursor
-	opWriteOut  // start a write-out, as the persist tick does (tests)
-	opStep      // take the next write-out or snapshot step now (tests)
-	opPersist   // write changed keys out now, as the persist tick does (tests)
-	opOldIndex  // N = slots of the key index still being migrated (tests)
-)
-
-// Errors an Op can carry.
+// Errors a request can carry.
 var (
-	// ErrClosed: the store was closed before the op ran.
+	// ErrClosed: the store was closed before the request ran (its Status).
 	ErrClosed = errors.New("store: closed")
-	// ErrPanic: executing the op panicked; the shard recovered and goes on.
+	// ErrPanic: running the request panicked; the shard recovered and goes
+	// on (its Status).
 	ErrPanic = errors.New("store: internal error")
 	// ErrWrongType: the key holds a state of another kind than the request's
 	// (a CL.LIMIT state for GET or CL.THROTTLE, another algorithm for
@@ -52,37 +20,60 @@ var (
 	ErrWrongType = errors.New("store: wrong kind of value")
 )
 
-// Op is one unit of work for a shard owner. The caller fills the inputs, hands
-// it to a Session and reads the outputs after Session.Run returns. An Op
-// holds no reference into the store after Run, so it can be reused.
-type Op struct {
-	Kind   Kind
-	Key    []byte      // single-key kinds
-	Params gcra.Params // OpThrottle
-
-	// Scan/Keys inputs.
-	Pattern []byte   // glob; nil matches all
-	Count   int      // Scan: entries to look at; SlotKeys: keys wanted
-	Slot    int      // SlotCount, SlotKeys
-	Ranges  [][2]int // DropSlots: inclusive slot ranges
-
-	// Req is the typed request of an OpReq op. New kinds of request are
-	// typed requests, not more fields here: the union is on its way out.
-	Req Request
-
-	// Outputs.
-	Err     error
-	Result  gcra.Result // OpThrottle
-	TAT     uint64      // OpGet
-	Found   bool        // OpGet
-	N       int64
-	Cursor  uint64   // OpScan: in and out
-	Keys    [][]byte // OpScan, OpKeys: copies, safe to keep
-	Entries []Entry  // OpDumpSlots
-
-	hash uint64 // Key's table hash, computed by the shard's warm pass
-	cand int64  // warm's guess at Key's entry, from the index (-1: none); set and read by warm only
+// Request is one unit of work a shard runs on its goroutine: one of this
+// package's request types (ThrottleReq, DelReq, ScanReq, LimitReq, ...),
+// each with its own inputs and outputs. The caller fills the inputs, hands
+// the request to a Session (Add if it names one key, else AddTo its shard)
+// and reads the outputs after Session.Run returns, once Status is nil. A
+// request holds no reference into the store after Run, so it can be reused.
+type Request interface {
+	// Status is the store's outcome, not the request's: nil once it ran,
+	// ErrClosed if the store was closed first, ErrPanic if running it
+	// panicked (its outputs then mean nothing).
+	Status() error
+	env() *envelope
+	run(sh *shard, now int64)
 }
+
+// KeyedRequest is a request that names one key (CL.THROTTLE, GET, DEL,
+// ...): Session.Add routes it to the key's shard, whose batch hashes the
+// keys and prefetches their entries before running any.
+type KeyedRequest interface {
+	Request
+	route() *envelope // the envelope, addressed by the request's key
+}
+
+// envelope is what every request type embeds: how a Session carries it to
+// a shard, and the store-level status. Its zero value is ready.
+type envelope struct {
+	req    Request
+	status error
+	keyed  bool   // queued by Session.Add: key and hash are the request's key's
+	key    []byte // the routing key, for the warm pass
+	hash   uint64 // key's table hash, computed by the shard's warm pass
+	cand   int64  // warm's guess at key's entry, from the index (-1: none); set and read by warm only
+}
+
+// addressed readies the envelope of req, a request on key, for
+// Session.Add.
+func (e *envelope) addressed(req Request, key []byte) *envelope {
+	e.req, e.key, e.keyed = req, key, true
+	return e
+}
+
+// keyHash returns the table hash of key, the envelope's request's key:
+// the warm pass's, or computed now for a request queued otherwise.
+func (e *envelope) keyHash(t *table, key []byte) uint64 {
+	if !e.keyed {
+		e.hash = t.hash(key)
+	}
+	return e.hash
+}
+
+// Status reports whether the store ran the request (see Request.Status).
+func (e *envelope) Status() error { return e.status }
+
+func (e *envelope) env() *envelope { return e }
 
 // Entry is one key's limiter state, as moved between cluster nodes.
 type Entry struct {
@@ -102,25 +93,20 @@ func (e *Entry) TAT() (uint64, bool) {
 // NoExpiry is Entry.Expires for a key without a TTL.
 const NoExpiry = noExpiry
 
-// keyed reports whether the op names one key.
-func (op *Op) keyed() bool { return op.Kind <= OpPTTL || op.Kind == OpType }
-
-// Request is a typed request a shard runs on its goroutine, carried by an
-// OpReq op (Session.AddTo the shard of its keys). Its implementations are
-// this package's (LimitReq, ImportReq).
-type Request interface {
-	run(sh *shard, now int64)
+// shardFunc runs f on a shard's goroutine, in order with the shard's
+// requests: the store's own control steps (a resync, a snapshot round) and
+// tests' hooks into the shard.
+type shardFunc struct {
+	envelope
+	f func(sh *shard, now int64)
 }
 
-// ImportReq merges one key's state moved from another node (CLUSTER
-// IMPORTSTATE) into the local one with limit.Merge: the result charges what
-// both allowed, never "the larger wins". A state of another kind than the
-// local one is not merged (the local one stays); an expired one (Expires
-// before now) neither.
-type ImportReq struct {
-	Key     []byte
-	State   []byte // limit.Encode's bytes
-	Expires int64  // Unix ms; NoExpiry for none
-	Applied bool   // out: the key changed
-	Err     error  // out: the local or the moved state does not decode
+func (r *shardFunc) run(sh *shard, now int64) { r.f(sh, now) }
+
+// newShardFunc returns f's request, in its envelope, for a batch sent to
+// a shard directly (not through a Session).
+func newShardFunc(f func(sh *shard, now int64)) *envelope {
+	r := &shardFunc{f: f}
+	r.req = r
+	return &r.envelope
 }

@@ -24,10 +24,10 @@ func openPersistent(t *testing.T, dir string, policy Fsync, clk *Clock, fs vfs.F
 }
 
 func state(st *Store, key string) (uint64, bool, int64) {
-	get := &Op{Kind: OpGet, Key: []byte(key)}
-	pttl := &Op{Kind: OpPTTL, Key: []byte(key)}
+	get := &GetReq{Key: []byte(key)}
+	pttl := &PTTLReq{Key: []byte(key)}
 	run(st, get, pttl)
-	return get.TAT, get.Found, pttl.N
+	return get.TAT, get.Found, pttl.PTTL
 }
 
 // wallClock returns a clock frozen at the current wall time: loading judges
@@ -49,7 +49,7 @@ func TestRestartKeepsState(t *testing.T) {
 					run(st, throttleOp(fmt.Sprint("key", i), 10, 1, 3600, 1))
 				}
 			}
-			run(st, &Op{Kind: OpDel, Key: []byte("key7")})
+			run(st, &DelReq{Key: []byte("key7")})
 			// A negative quantity can store a TAT with no TTL (spec §4).
 			run(st, throttleOp("forever", 4, 1, 1, 3))
 			run(st, throttleOp("forever", 4, 1, 1, -5))
@@ -118,7 +118,7 @@ func TestFlushAndDeletePersist(t *testing.T) {
 	}
 	s := st.NewSession()
 	for i := 0; i < st.NumShards(); i++ {
-		s.AddTo(i, &Op{Kind: OpFlush})
+		s.AddTo(i, &FlushReq{})
 	}
 	s.Run()
 	run(st, throttleOp("after", 5, 1, 60, 1))
@@ -296,16 +296,16 @@ func TestDeleteAndRecreateInOneWriteOut(t *testing.T) {
 					run(st, throttleOp(k, 5, 1, 60, 1))
 					switch i % 3 {
 					case 0: // created, deleted
-						run(st, &Op{Kind: OpDel, Key: []byte(k)})
+						run(st, &DelReq{Key: []byte(k)})
 						want[k] = false
 					case 1: // created, deleted, created again
-						run(st, &Op{Kind: OpDel, Key: []byte(k)})
+						run(st, &DelReq{Key: []byte(k)})
 						run(st, throttleOp(k, 5, 1, 60, 2))
 						want[k] = true
 					case 2: // created, deleted twice over
-						run(st, &Op{Kind: OpDel, Key: []byte(k)})
+						run(st, &DelReq{Key: []byte(k)})
 						run(st, throttleOp(k, 5, 1, 60, 1))
-						run(st, &Op{Kind: OpDel, Key: []byte(k)})
+						run(st, &DelReq{Key: []byte(k)})
 						want[k] = false
 					}
 				}
@@ -341,9 +341,9 @@ func TestDeletesReachDiskOnlyForWrittenKeys(t *testing.T) {
 	st.persistAll()
 	require.Eventually(t, func() bool { return st.PersistStats().Changes >= 100 }, 5*time.Second, time.Millisecond)
 	for i := 0; i < 100; i++ {
-		run(st, &Op{Kind: OpDel, Key: []byte(fmt.Sprint("written", i))})
+		run(st, &DelReq{Key: []byte(fmt.Sprint("written", i))})
 		run(st, throttleOp(fmt.Sprint("transient", i), 5, 1, 60, 1))
-		run(st, &Op{Kind: OpDel, Key: []byte(fmt.Sprint("transient", i))})
+		run(st, &DelReq{Key: []byte(fmt.Sprint("transient", i))})
 	}
 	st.persistAll()
 	require.Eventually(t, func() bool { return st.PersistStats().Changes >= 200 }, 5*time.Second, time.Millisecond)
@@ -442,7 +442,7 @@ func TestRecordsStaySmall(t *testing.T) {
 	sess.Run()
 	st.persistAll()
 	for i := 0; i < 20000; i++ {
-		sess.Add(&Op{Kind: OpDel, Key: []byte(fmt.Sprint("a-key-of-some-length:", i))})
+		sess.Add(&DelReq{Key: []byte(fmt.Sprint("a-key-of-some-length:", i))})
 	}
 	sess.Run()
 	require.NoError(t, st.Close()) // the deletions are written at Close

@@ -6,16 +6,18 @@ import "github.com/cellserver/cellserver/gcra"
 // written nowhere (no key created, no value or TTL changed, nothing
 // recorded for persistence).
 type PeekReq struct {
+	envelope
 	Key    []byte
 	Params gcra.Params
 	Result gcra.Result // out
 	Err    error       // out: ErrWrongType for a key of another kind, or gcra's
 }
 
+func (r *PeekReq) route() *envelope { return r.addressed(r, r.Key) }
+
 func (r *PeekReq) run(sh *shard, now int64) {
 	r.Err = nil
-	h := sh.t.hash(r.Key)
-	ei := sh.find(r.Key, h, floorMs(now))
+	ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now))
 	var tat uint64
 	if ei >= 0 {
 		e := sh.t.at(uint32(ei))
@@ -30,16 +32,18 @@ func (r *PeekReq) run(sh *shard, now int64) {
 
 // InspectReq is CL.INSPECT: a copy of a key's encoded state and its PTTL.
 type InspectReq struct {
+	envelope
 	Key   []byte
 	Found bool   // out
 	State []byte // out: limit.Encode's bytes (a copy)
 	PTTL  int64  // out: -1 no expiry, else ms left
 }
 
+func (r *InspectReq) route() *envelope { return r.addressed(r, r.Key) }
+
 func (r *InspectReq) run(sh *shard, now int64) {
 	nowMs := floorMs(now)
-	h := sh.t.hash(r.Key)
-	ei := sh.find(r.Key, h, nowMs)
+	ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), nowMs)
 	r.Found = ei >= 0
 	r.State = r.State[:0]
 	if !r.Found {

@@ -30,11 +30,11 @@ func BenchmarkRestart(b *testing.B) {
 			}
 			fill := time.Now()
 			sess := st.NewSession()
-			ops := make([]Op, 256)
+			ops := make([]ThrottleReq, 256)
 			for i := 0; i < n; i += len(ops) {
 				m := min(len(ops), n-i)
 				for j := range ops[:m] {
-					ops[j] = Op{Kind: OpThrottle, Key: []byte(fmt.Sprintf("key:%012d", i+j)),
+					ops[j] = ThrottleReq{Key: []byte(fmt.Sprintf("key:%012d", i+j)),
 						Params: gcra.Params{MaxBurst: 10, Count: 1, Period: 3600, Quantity: 1}}
 					sess.Add(&ops[j])
 				}

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -11,8 +10,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/cellserver/cellserver/cluster"
-	"github.com/cellserver/cellserver/gcra"
-	"github.com/cellserver/cellserver/limit"
 )
 
 // shard owns one part of the keyspace. Only its goroutine (loop) touches t.
@@ -83,17 +80,17 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 	}
 }
 
-// warm hashes every key of the batch and prefetches the memory each lookup
-// will read (index slots, then the entry whose tag matches the key's, then
-// a long key's bytes) in passes with no dependencies between ops, so the
-// CPU overlaps their cache misses instead of taking them one after
-// another. On this workload the misses, not the arithmetic, dominate a
+// warm hashes the key of every keyed request of the batch and prefetches
+// the memory each lookup will read (index slots, then the entry whose tag
+// matches the key's, then a long key's bytes) in passes with no
+// dependencies between requests, so the CPU overlaps their cache misses
+// instead of taking them one after another. On this workload the misses, not the arithmetic, dominate a
 // lookup at millions of keys.
-func (sh *shard) warm(ops []*Op) {
+func (sh *shard) warm(ops []*envelope) {
 	t := sh.t
 	if len(ops) == 1 { // nothing to overlap with
-		if op := ops[0]; op.keyed() {
-			op.hash = t.hash(op.Key)
+		if op := ops[0]; op.keyed {
+			op.hash = t.hash(op.key)
 		}
 		return
 	}
@@ -101,12 +98,12 @@ func (sh *shard) warm(ops []*Op) {
 	// back, their misses (and TLB walks) overlapping, rather than spread
 	// between hash computations.
 	for _, op := range ops {
-		if op.keyed() {
-			op.hash = t.hash(op.Key)
+		if op.keyed {
+			op.hash = t.hash(op.key)
 		}
 	}
 	for _, op := range ops {
-		if op.keyed() {
+		if op.keyed {
 			prefetch(uintptr(unsafe.Pointer(&t.idx[home(op.hash, t.shift)])))
 			if t.old != nil { // a key not moved yet is found there
 				prefetch(uintptr(unsafe.Pointer(&t.old[home(op.hash, t.oldShift)])))
@@ -115,7 +112,7 @@ func (sh *shard) warm(ops []*Op) {
 	}
 	for _, op := range ops {
 		op.cand = -1
-		if op.keyed() {
+		if op.keyed {
 			op.cand = t.candidate(t.idx, t.shift, op.hash)
 			if op.cand < 0 && t.old != nil {
 				op.cand = t.candidate(t.old, t.oldShift, op.hash)
@@ -659,140 +656,15 @@ func (sh *shard) publish() {
 	sh.bytes.Store(sh.t.bytes())
 }
 
-// exec runs one op at clock reading now; a panic fails that op only.
-func (sh *shard) exec(op *Op, now int64) {
+// exec runs one request at clock reading now; a panic fails that request
+// only.
+func (sh *shard) exec(op *envelope, now int64) {
 	defer func() {
 		if r := recover(); r != nil {
-			op.Err = ErrPanic
+			op.status = ErrPanic
 		}
 	}()
-	nowMs := floorMs(now)
-	switch op.Kind {
-	case OpThrottle:
-		sh.throttle(op, now, nowMs)
-	case OpGet:
-		ei := sh.lookup(op, nowMs)
-		op.Found = ei >= 0
-		op.TAT = 0
-		if op.Found {
-			if e := sh.t.at(uint32(ei)); e.outKind() != 0 {
-				op.Err = ErrWrongType
-			} else {
-				op.TAT = e.tat
-			}
-		}
-	case OpType:
-		op.N = 0
-		if ei := sh.lookup(op, nowMs); ei >= 0 {
-			op.N = int64(sh.t.at(uint32(ei)).kind())
-		}
-	case OpDel:
-		op.N = 0
-		if ei := sh.lookup(op, nowMs); ei >= 0 {
-			sh.removeHash(uint32(ei), op.hash)
-			op.N = 1
-		}
-	case OpExists:
-		op.N = 0
-		if sh.lookup(op, nowMs) >= 0 {
-			op.N = 1
-		}
-	case OpPTTL:
-		ei := sh.lookup(op, nowMs)
-		switch {
-		case ei < 0:
-			op.N = -2
-		case sh.t.at(uint32(ei)).exp() == noExpiry:
-			op.N = -1
-		default:
-			op.N = sh.t.at(uint32(ei)).exp() - nowMs
-		}
-	case OpDBSize:
-		op.N = int64(sh.t.len())
-	case OpFlush:
-		sh.t.reset()
-		sh.expires = 0
-		sh.clearDirty()
-		if sh.p != nil {
-			sh.writeRecord(appendDrop(sh.recBuf(), sh.slotLo, sh.slotHi), 1)
-		}
-	case OpScan:
-		sh.scan(op, nowMs)
-	case OpSlotCount:
-		op.N = 0
-		for i := uint32(0); i < sh.t.nent; i++ {
-			if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == op.Slot {
-				op.N++
-			}
-		}
-	case OpSlotKeys:
-		op.Keys = op.Keys[:0]
-		for i := uint32(0); i < sh.t.nent && len(op.Keys) < op.Count; i++ {
-			if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == op.Slot {
-				op.Keys = append(op.Keys, append([]byte(nil), sh.t.keyOf(e)...))
-			}
-		}
-	case OpDropSlots:
-		sh.dropSlots(op)
-	case OpDumpSlots:
-		op.Entries = op.Entries[:0]
-		for i := uint32(0); i < sh.t.nent; i++ {
-			if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && inRanges(cluster.KeySlot(sh.t.keyOf(e)), op.Ranges) {
-				op.Entries = append(op.Entries, Entry{Key: append([]byte(nil), sh.t.keyOf(e)...), State: bytes.Clone(sh.t.state(e, nil)), Expires: e.exp()})
-			}
-		}
-	case OpReq:
-		op.Req.run(sh, now)
-	case opSweep:
-		sh.sweep(now)
-	case opSnapshot:
-		sh.snapshot()
-	case opSnapRound:
-		sh.startSnapshot(op.Cursor)
-	case opWriteOut:
-		sh.startWriteOut()
-	case opStep:
-		sh.step()
-	case opPersist:
-		sh.writeDirty()
-		sh.sendChanges(nil)
-	case opOldIndex:
-		op.N = int64(len(sh.t.old) - sh.t.oldPos)
-	case OpKeys:
-		op.Keys = op.Keys[:0]
-		for i := uint32(0); i < sh.t.nent; i++ {
-			sh.collect(op, i, nowMs)
-		}
-	}
-}
-
-func (sh *shard) throttle(op *Op, now, nowMs int64) {
-	ei := sh.lookup(op, nowMs)
-	var tat uint64
-	if ei >= 0 {
-		e := sh.t.at(uint32(ei))
-		if e.outKind() != 0 {
-			op.Err = ErrWrongType
-			return
-		}
-		tat = e.tat
-	}
-	res, err := gcra.Throttle(op.Params, tat, ei >= 0, now)
-	op.Result, op.Err = res, err
-	if err != nil || !res.Write {
-		return
-	}
-	exp := int64(noExpiry)
-	if res.Expiry == gcra.ExpireAfter {
-		exp = nowMs + res.TTLMillis
-	}
-	if ei < 0 {
-		ei = int64(sh.t.insertHash(op.Key, op.hash))
-	} else if e := sh.t.at(uint32(ei)); e.tat == res.NewTAT && e.exp() == exp {
-		return // a peek that rewrites the same state: nothing to write to disk
-	}
-	sh.set(uint32(ei), res.NewTAT, exp)
-	sh.markDirty(uint32(ei))
+	op.req.run(sh, now)
 }
 
 func (sh *shard) set(ei uint32, tat uint64, exp int64) {
@@ -835,71 +707,11 @@ func (sh *shard) find(key []byte, h uint64, nowMs int64) int64 {
 	return ei
 }
 
-func (r *ImportReq) run(sh *shard, now int64) {
-	r.Applied, r.Err = false, nil
-	nowMs := floorMs(now)
-	if r.Expires < nowMs {
-		return
-	}
-	if _, err := limit.Decode(r.State); err != nil {
-		r.Err = err
-		return
-	}
-	h := sh.t.hash(r.Key)
-	ei := sh.find(r.Key, h, nowMs)
-	state, exp := r.State, r.Expires
-	if ei >= 0 {
-		e := sh.t.at(uint32(ei))
-		local := sh.t.state(e, nil)
-		if limit.KindOf(local) != limit.KindOf(r.State) {
-			return // a WRONGTYPE conflict: the local state stays
-		}
-		merged, mexp, err := limit.MergeEncoded(nil, local, r.State, now)
-		if err != nil {
-			r.Err = err
-			return
-		}
-		// The key lives as long as the merged state does, not as long as
-		// the longer-lived side: a merge may keep one side's window and
-		// drop the other's. Only a merge that holds no charge at all (a
-		// GCRA TAT without debt on either side) keeps the keys' own
-		// lifetimes, as CL.THROTTLE leaves a key it did not charge.
-		exp = mexp
-		if mexp <= nowMs {
-			exp = max(e.exp(), r.Expires)
-		}
-		if bytes.Equal(merged, local) && exp == e.exp() {
-			return // nothing to add
-		}
-		state = merged
-	} else {
-		ei = int64(sh.t.insertHash(r.Key, h))
-	}
-	sh.setState(uint32(ei), state, exp)
-	sh.markDirty(uint32(ei))
-	r.Applied = true
-}
-
-// lookup returns the entry index of a live key, removing it first if it has
-// expired (lazy expiry); -1 if absent.
-func (sh *shard) lookup(op *Op, nowMs int64) int64 {
-	ei := sh.t.findHash(op.Key, op.hash)
-	if ei < 0 {
-		return -1
-	}
-	if sh.t.at(uint32(ei)).exp() < nowMs {
-		sh.removeHash(uint32(ei), op.hash)
-		sh.expired.Add(1)
-		return -1
-	}
-	return ei
-}
-
 // remove deletes a key from memory and from disk.
 func (sh *shard) remove(ei uint32) { sh.drop(ei, true) }
 
-// removeHash is remove for a key whose table hash the caller has (an op's,
-// computed by warm), so a request does not hash its key twice.
+// removeHash is remove for a key whose table hash the caller has (a keyed
+// request's, computed by warm), so a request does not hash its key twice.
 func (sh *shard) removeHash(ei uint32, h uint64) { sh.dropHash(ei, h, true) }
 
 // drop deletes a key from memory, and from disk if onDisk (a caller that
@@ -946,56 +758,6 @@ func (sh *shard) sweep(now int64) {
 		}
 		sh.sweepPos++
 	}
-}
-
-func (sh *shard) scan(op *Op, nowMs int64) {
-	op.Keys = op.Keys[:0]
-	pos := uint32(op.Cursor)
-	count := op.Count
-	if count < 1 {
-		count = 10
-	}
-	start := pos
-	for ; pos < sh.t.nent && count > 0; pos++ {
-		count--
-		sh.collect(op, pos, nowMs)
-	}
-	op.N = int64(pos - start)
-	if pos >= sh.t.nent {
-		op.Cursor = 0
-	} else {
-		op.Cursor = uint64(pos)
-	}
-}
-
-func (sh *shard) collect(op *Op, i uint32, nowMs int64) {
-	e := sh.t.at(i)
-	if e.isFree() || e.exp() < nowMs {
-		return
-	}
-	k := sh.t.keyOf(e)
-	if op.Pattern != nil && !Match(op.Pattern, k, false) {
-		return
-	}
-	op.Keys = append(op.Keys, append([]byte(nil), k...))
-}
-
-// dropSlots removes the keys of the given slot ranges that this shard owns
-// (a cluster node lost them), from memory and from disk.
-func (sh *shard) dropSlots(op *Op) {
-	op.N = int64(sh.dropSlotsMem(op.Ranges))
-	if sh.p == nil {
-		return
-	}
-	sh.flushDels()
-	rec, n := sh.recBuf(), 0
-	for _, r := range op.Ranges {
-		lo, hi := max(r[0], sh.slotLo), min(r[1]+1, sh.slotHi)
-		if lo < hi {
-			rec, n = appendDrop(rec, lo, hi), n+1
-		}
-	}
-	sh.writeRecord(rec, n)
 }
 
 // dropSlotsMem removes the keys of the given inclusive slot ranges from

@@ -4,13 +4,20 @@
 //
 // Quick start:
 //
-//	st := store.New(store.Config{Shards: 4})
+//	st, _ := store.New(store.Config{Shards: 4})
 //	defer st.Close()
 //	sess := st.NewSession()
-//	op := &store.Op{Kind: store.OpThrottle, Key: []byte("user1"),
+//	r := &store.ThrottleReq{Key: []byte("user1"),
 //		Params: gcra.Params{MaxBurst: 15, Count: 30, Period: 60, Quantity: 1}}
-//	sess.Add(op)
-//	sess.Run() // op.Result now holds the decision
+//	sess.Add(r)
+//	sess.Run() // r.Status() is nil; r.Result and r.Err hold the decision
+//
+// Every kind of work is a typed request with its own inputs and outputs: on
+// one key (ThrottleReq, GetReq, DelReq, ExistsReq, PTTLReq, TypeReq,
+// PeekReq, InspectReq: Session.Add), on a shard (DBSizeReq, FlushReq,
+// ScanReq, KeysReq and the cluster's slot requests: Session.AddTo), or on
+// several keys of one shard (LimitReq: AddTo, or Store.RunHeld across
+// shards).
 //
 // Keys map to shards by their Redis Cluster hash slot, so keys that share a
 // {hash tag} share an owner.
@@ -241,18 +248,20 @@ func (s *Store) load() error {
 
 // resync has every shard rewrite its keys to disk, in order with its other
 // changes.
-func (s *Store) resync() { s.onEveryShard(opSnapshot, 0) }
+func (s *Store) resync() { s.onEveryShard(func(sh *shard, _ int64) { sh.snapshot() }) }
 
 // snapshotRound has every shard start its snapshot of a round (the
 // committer calls it when the log has grown enough).
-func (s *Store) snapshotRound(round uint64) { s.onEveryShard(opSnapRound, round) }
+func (s *Store) snapshotRound(round uint64) {
+	s.onEveryShard(func(sh *shard, _ int64) { sh.startSnapshot(round) })
+}
 
-// onEveryShard runs an op of the given kind (with cursor as its argument)
-// on every shard's goroutine and waits for all of them.
-func (s *Store) onEveryShard(kind Kind, cursor uint64) {
+// onEveryShard runs f on every shard's goroutine, in order with its
+// requests, and waits for all of them.
+func (s *Store) onEveryShard(f func(sh *shard, now int64)) {
 	sess := s.NewSession()
 	for i := range s.shards {
-		sess.AddTo(i, &Op{Kind: kind, Cursor: cursor})
+		sess.AddTo(i, &shardFunc{f: f})
 	}
 	sess.Run()
 }
@@ -317,7 +326,7 @@ func (s *Store) ShardOf(key []byte) int { return s.ShardOfSlot(cluster.KeySlot(k
 func (s *Store) ShardOfSlot(slot int) int { return slot * len(s.shards) / cluster.SlotCount }
 
 // Close stops the shard goroutines after in-flight sessions finish. Later
-// Runs fail their ops with ErrClosed. Close is idempotent.
+// Runs fail their requests with ErrClosed (their Status). Close is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -357,22 +366,22 @@ func (s *Store) Stats() Stats {
 	return st
 }
 
-// Session batches ops from one connection: Add queues ops per shard and Run
-// sends each touched shard one batch and waits for all of them. A Session is
-// used by one goroutine at a time and is reusable; it allocates nothing once
-// warm.
+// Session batches requests from one connection: Add and AddTo queue them
+// per shard and Run sends each touched shard one batch and waits for all
+// of them. A Session is used by one goroutine at a time and is reusable;
+// it allocates nothing once warm.
 type Session struct {
 	st      *Store
-	pending [][]*Op
+	pending [][]*envelope
 	touched []int
 	batches []batch
 	wg      sync.WaitGroup
-	held    []*Op // AddHeld's requests, not run yet
+	held    []*envelope // AddHeld's requests, not run yet
 	hold    *hold // reused by runHeld; nil until the first
 }
 
 type batch struct {
-	ops  []*Op
+	ops  []*envelope // the requests, in their envelopes
 	wg   *sync.WaitGroup
 	ctl  uint8 // 0: a request batch; else a control batch (see shard.loop)
 	hold *hold // a ctlHold batch's
@@ -382,19 +391,27 @@ type batch struct {
 func (s *Store) NewSession() *Session {
 	return &Session{
 		st:      s,
-		pending: make([][]*Op, len(s.shards)),
+		pending: make([][]*envelope, len(s.shards)),
 		batches: make([]batch, len(s.shards)),
 	}
 }
 
-// Add queues a single-key op on its key's shard.
-func (ss *Session) Add(op *Op) {
-	ss.AddTo(ss.st.ShardOf(op.Key), op)
+// Add queues a request on its key's shard.
+func (ss *Session) Add(r KeyedRequest) {
+	op := r.route()
+	ss.queue(ss.st.ShardOf(op.key), op)
 }
 
-// AddTo queues op on the given shard (used for shard-wide ops).
-func (ss *Session) AddTo(shard int, op *Op) {
-	op.Err = nil
+// AddTo queues r on the given shard: a shard-wide request, or one whose
+// keys the caller knows all live there (a LimitReq, see LimitReq.Shards).
+func (ss *Session) AddTo(shard int, r Request) {
+	op := r.env()
+	op.req, op.key, op.keyed = r, nil, false
+	ss.queue(shard, op)
+}
+
+func (ss *Session) queue(shard int, op *envelope) {
+	op.status = nil
 	if len(ss.held) > 0 {
 		ss.runHeld() // they were added first, so they run first
 	}
@@ -404,7 +421,7 @@ func (ss *Session) AddTo(shard int, op *Op) {
 	ss.pending[shard] = append(ss.pending[shard], op)
 }
 
-// Run executes every queued op, each shard's ops in the order they were
+// Run executes every queued request, each shard's in the order they were
 // added, and returns when all are done.
 func (ss *Session) Run() {
 	if len(ss.held) > 0 {
@@ -424,7 +441,7 @@ func (ss *Session) runBatches() {
 		st.mu.RUnlock()
 		for _, i := range ss.touched {
 			for _, op := range ss.pending[i] {
-				op.Err = ErrClosed
+				op.status = ErrClosed
 			}
 		}
 		ss.reset()
@@ -442,8 +459,8 @@ func (ss *Session) runBatches() {
 	ss.reset()
 }
 
-// maxKeptPending is the most queued-op capacity a session keeps per shard
-// between pipelines.
+// maxKeptPending is the most queued-request capacity a session keeps per
+// shard between pipelines.
 const maxKeptPending = 4096
 
 func (ss *Session) reset() {

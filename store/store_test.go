@@ -25,16 +25,29 @@ func newTestStore(t *testing.T, shards int) (*Store, *Clock) {
 	return st, clk
 }
 
-func run(st *Store, ops ...*Op) {
+// run runs the requests in one session: a keyed one on its key's shard,
+// any other on shard 0.
+func run(st *Store, reqs ...Request) {
 	s := st.NewSession()
-	for _, op := range ops {
-		s.Add(op)
+	for _, r := range reqs {
+		if k, ok := r.(KeyedRequest); ok {
+			s.Add(k)
+		} else {
+			s.AddTo(0, r)
+		}
 	}
 	s.Run()
 }
 
-func throttleOp(key string, burst, count, period, qty int64) *Op {
-	return &Op{Kind: OpThrottle, Key: []byte(key), Params: gcra.Params{MaxBurst: burst, Count: count, Period: period, Quantity: qty}}
+// onShard runs f on shard i's goroutine, in order with its requests.
+func (s *Store) onShard(i int, f func(sh *shard)) {
+	sess := s.NewSession()
+	sess.AddTo(i, &shardFunc{f: func(sh *shard, _ int64) { f(sh) }})
+	sess.Run()
+}
+
+func throttleOp(key string, burst, count, period, qty int64) *ThrottleReq {
+	return &ThrottleReq{Key: []byte(key), Params: gcra.Params{MaxBurst: burst, Count: count, Period: period, Quantity: qty}}
 }
 
 func TestThrottleStoresTATAndExpiry(t *testing.T) {
@@ -44,33 +57,37 @@ func TestThrottleStoresTATAndExpiry(t *testing.T) {
 	require.NoError(t, op.Err)
 	assert.Equal(t, int64(15), op.Result.Remaining)
 
-	get := &Op{Kind: OpGet, Key: []byte("A")}
-	pttl := &Op{Kind: OpPTTL, Key: []byte("A")}
+	get := &GetReq{Key: []byte("A")}
+	pttl := &PTTLReq{Key: []byte("A")}
 	run(st, get, pttl)
 	assert.True(t, get.Found)
 	assert.Equal(t, uint64(t0+2e9), get.TAT)
-	assert.Equal(t, int64(2000), pttl.N)
+	assert.Equal(t, int64(2000), pttl.PTTL)
 
 	// At the expiry millisecond the key is still there (PTTL 0); one ms later it is gone.
 	clk.Set(t0 + 2e9)
 	run(st, pttl)
-	assert.Equal(t, int64(0), pttl.N)
+	assert.Equal(t, int64(0), pttl.PTTL)
 	clk.Set(t0 + 2e9 + 1e6)
 	run(st, pttl, get)
-	assert.Equal(t, int64(-2), pttl.N)
+	assert.Equal(t, int64(-2), pttl.PTTL)
 	assert.False(t, get.Found)
 	assert.Equal(t, int64(1), st.Stats().ExpiredKeys)
 }
 
 func TestSessionKeepsOrderPerKey(t *testing.T) {
 	st, _ := newTestStore(t, 8)
-	var ops []*Op
+	var ops []*ThrottleReq
 	for i := 0; i < 20; i++ {
 		for k := 0; k < 10; k++ {
 			ops = append(ops, throttleOp(fmt.Sprint("k", k), 15, 30, 60, 1))
 		}
 	}
-	run(st, ops...)
+	s := st.NewSession()
+	for _, op := range ops {
+		s.Add(op)
+	}
+	s.Run()
 	for i, op := range ops {
 		want := int64(15 - i/10)
 		limited := want < 0
@@ -89,26 +106,26 @@ func TestDelExistsFlushDBSize(t *testing.T) {
 	size := func() int64 {
 		var n int64
 		s := st.NewSession()
-		ops := make([]*Op, st.NumShards())
+		ops := make([]*DBSizeReq, st.NumShards())
 		for i := range ops {
-			ops[i] = &Op{Kind: OpDBSize}
+			ops[i] = &DBSizeReq{}
 			s.AddTo(i, ops[i])
 		}
 		s.Run()
 		for _, op := range ops {
-			n += op.N
+			n += op.Keys
 		}
 		return n
 	}
 	assert.Equal(t, int64(100), size())
-	del, ex := &Op{Kind: OpDel, Key: []byte("key7")}, &Op{Kind: OpExists, Key: []byte("key7")}
+	del, ex := &DelReq{Key: []byte("key7")}, &ExistsReq{Key: []byte("key7")}
 	run(st, del, ex)
-	assert.Equal(t, int64(1), del.N)
-	assert.Equal(t, int64(0), ex.N)
+	assert.True(t, del.Removed)
+	assert.False(t, ex.Exists)
 	assert.Equal(t, int64(99), size())
 	s := st.NewSession()
 	for i := 0; i < st.NumShards(); i++ {
-		s.AddTo(i, &Op{Kind: OpFlush})
+		s.AddTo(i, &FlushReq{})
 	}
 	s.Run()
 	assert.Equal(t, int64(0), size())
@@ -126,7 +143,7 @@ func TestScanSeesEveryKey(t *testing.T) {
 	cursor := uint64(0)
 	churn := 0
 	for {
-		op := &Op{Kind: OpScan, Cursor: cursor, Count: 37, Pattern: []byte("stay*")}
+		op := &ScanReq{Cursor: cursor, Count: 37, Pattern: []byte("stay*")}
 		s := st.NewSession()
 		s.AddTo(0, op)
 		s.Run()
@@ -137,14 +154,14 @@ func TestScanSeesEveryKey(t *testing.T) {
 		for j := 0; j < 20; j++ {
 			run(st, throttleOp(fmt.Sprint("tmp", churn), 5, 1, 60, 1))
 			if churn%2 == 0 {
-				run(st, &Op{Kind: OpDel, Key: []byte(fmt.Sprint("tmp", churn-1))})
+				run(st, &DelReq{Key: []byte(fmt.Sprint("tmp", churn-1))})
 			}
 			churn++
 		}
-		if op.Cursor == 0 {
+		if op.Next == 0 {
 			break
 		}
-		cursor = op.Cursor
+		cursor = op.Next
 	}
 	assert.Len(t, seen, 1000)
 }
@@ -169,29 +186,31 @@ func TestSweepRemovesUntouchedKeys(t *testing.T) {
 // persistAll has every shard write its changes out now (as its persist
 // tick does) and waits until the committer has taken them.
 func (s *Store) persistAll() {
-	s.onEveryShard(opPersist, 0)
+	s.onEveryShard(func(sh *shard, _ int64) {
+		sh.writeDirty()
+		sh.sendChanges(nil)
+	})
 	for s.p != nil && s.p.pending.Load() > 0 {
 		time.Sleep(time.Millisecond)
 	}
 }
 
 // sweepAll runs one sweep step on every shard, on the shard's goroutine.
-func (s *Store) sweepAll() { s.onEveryShard(opSweep, 0) }
+func (s *Store) sweepAll() { s.onEveryShard(func(sh *shard, now int64) { sh.sweep(now) }) }
 
 // TestIdleShardFinishesIndexMigration checks that a shard moves the rest of
 // a growing key index when it is idle, so the old index's memory does not
 // wait for more inserts.
 func TestIdleShardFinishesIndexMigration(t *testing.T) {
 	st, _ := newTestStore(t, 1)
-	oldIndex := func() int64 {
-		op := &Op{Kind: opOldIndex}
-		run(st, op)
-		return op.N
+	oldIndex := func() (n int) {
+		st.onShard(0, func(sh *shard) { n = len(sh.t.old) - sh.t.oldPos })
+		return n
 	}
 	n := 0
 	for oldIndex() < 1<<15 { // 100 inserts per batch move at most 12800 slots
 		require.Less(t, n, 1_000_000, "the index never grew")
-		ops := make([]*Op, 100)
+		ops := make([]Request, 100)
 		for i := range ops {
 			ops[i] = throttleOp(fmt.Sprint("grow:", n), 10, 1, 60, 1)
 			n++
@@ -200,9 +219,9 @@ func TestIdleShardFinishesIndexMigration(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return oldIndex() == 0 }, 5*time.Second, 10*time.Millisecond)
 	for i := 0; i < n; i++ {
-		op := &Op{Kind: OpExists, Key: []byte(fmt.Sprint("grow:", i))}
+		op := &ExistsReq{Key: []byte(fmt.Sprint("grow:", i))}
 		run(st, op)
-		require.Equal(t, int64(1), op.N)
+		require.True(t, op.Exists)
 	}
 }
 
@@ -264,7 +283,7 @@ func TestClosedStoreFailsOps(t *testing.T) {
 	require.NoError(t, st.Close())
 	op := throttleOp("k", 1, 1, 1, 1)
 	run(st, op)
-	assert.ErrorIs(t, op.Err, ErrClosed)
+	assert.ErrorIs(t, op.Status(), ErrClosed)
 }
 
 func TestKeysAndMatch(t *testing.T) {
@@ -274,9 +293,9 @@ func TestKeysAndMatch(t *testing.T) {
 	}
 	var got []string
 	s := st.NewSession()
-	var ops []*Op
+	var ops []*KeysReq
 	for i := 0; i < st.NumShards(); i++ {
-		op := &Op{Kind: OpKeys, Pattern: []byte("user:*")}
+		op := &KeysReq{Pattern: []byte("user:*")}
 		ops = append(ops, op)
 		s.AddTo(i, op)
 	}
@@ -304,9 +323,9 @@ func BenchmarkSessionThrottle(b *testing.B) {
 		keys[i] = []byte(fmt.Sprint("bench", i))
 	}
 	s := st.NewSession()
-	ops := make([]*Op, 16)
+	ops := make([]*ThrottleReq, 16)
 	for i := range ops {
-		ops[i] = &Op{Kind: OpThrottle, Params: gcra.Params{MaxBurst: 1 << 40, Count: 1, Period: 1, Quantity: 1}}
+		ops[i] = &ThrottleReq{Params: gcra.Params{MaxBurst: 1 << 40, Count: 1, Period: 1, Quantity: 1}}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -428,13 +428,13 @@ func TestWarmCandidateDuringMigration(t *testing.T) {
 		if sh.t.old == nil || i%16 != 0 {
 			continue
 		}
-		ops := make([]*Op, 8)
+		ops := make([]*envelope, 8)
 		for j := range ops {
-			ops[j] = &Op{Kind: OpGet, Key: key((i*31 + j*977) % (i + 1))}
+			ops[j] = (&GetReq{Key: key((i*31 + j*977) % (i + 1))}).route()
 		}
 		sh.warm(ops)
 		for _, op := range ops {
-			require.Equal(t, sh.t.find(op.Key), op.cand, "key %s at insert %d", op.Key, i)
+			require.Equal(t, sh.t.find(op.key), op.cand, "key %s at insert %d", op.key, i)
 			checked++
 		}
 	}

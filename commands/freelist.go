@@ -1,0 +1,106 @@
+package commands
+
+import (
+	"unsafe"
+
+	"github.com/cellserver/cellserver/service"
+	"github.com/cellserver/cellserver/store"
+)
+
+// freeList hands out *T for one pipeline's requests from slabs it keeps;
+// reset makes every one reusable once the pipeline's replies are written.
+// A client then allocates no request per command once warm. get does not
+// clear what it returns: each handler fills every input, each request sets
+// its outputs when it runs, and buffers (a LimitReq's, a ScanReq's Keys)
+// are reused rather than allocated again.
+type freeList[T any] struct {
+	items []*T
+	n     int
+}
+
+func (f *freeList[T]) get() *T {
+	if f.n == len(f.items) {
+		// Requests come in slabs: a command with many keys needs many.
+		slab := make([]T, min(max(len(f.items), 1), 256))
+		for i := range slab {
+			f.items = append(f.items, &slab[i])
+		}
+	}
+	r := f.items[f.n]
+	f.n++
+	return r
+}
+
+// keptBytes bounds what one free list keeps between pipelines, with
+// maxKeptOps: a service.Limit is about 2 KB, and a client that once sent
+// thousands of them must not hold megabytes for as long as it lives.
+const keptBytes = 1 << 20
+
+// reset makes every request reusable, dropping what is past maxKeptOps
+// requests or keptBytes.
+func (f *freeList[T]) reset() {
+	if f.n == 0 { // untouched since the last reset
+		return
+	}
+	f.n = 0
+	var zero T
+	keep := max(16, min(maxKeptOps, keptBytes/int(unsafe.Sizeof(zero))))
+	if len(f.items) > keep {
+		clear(f.items[keep:])
+		f.items = f.items[:keep:keep]
+	}
+}
+
+// requests are a client's free lists, one per kind of store request its
+// Queue commands queue (the Call commands' are in callPools).
+type requests struct {
+	get    freeList[store.GetReq]
+	del    freeList[store.DelReq]
+	exists freeList[store.ExistsReq]
+	pttl   freeList[store.PTTLReq]
+	typ    freeList[store.TypeReq]
+
+	dbsize    freeList[store.DBSizeReq]
+	flush     freeList[store.FlushReq]
+	scan      freeList[store.ScanReq]
+	keys      freeList[store.KeysReq]
+	slotCount freeList[store.SlotCountReq]
+	slotKeys  freeList[store.SlotKeysReq]
+	dumpSlots freeList[store.DumpSlotsReq]
+	dropSlots freeList[store.DropSlotsReq]
+}
+
+func (r *requests) reset() {
+	r.get.reset()
+	r.del.reset()
+	r.exists.reset()
+	r.pttl.reset()
+	r.typ.reset()
+	r.dbsize.reset()
+	r.flush.reset()
+	r.scan.reset()
+	r.keys.reset()
+	r.slotCount.reset()
+	r.slotKeys.reset()
+	r.dumpSlots.reset()
+	r.dropSlots.reset()
+}
+
+// callPools are a client's calls of the decision API, by kind.
+type callPools struct {
+	throttles freeList[service.Throttle]
+	limits    freeList[service.Limit]
+	resets    freeList[service.Reset]
+	inspects  freeList[service.Inspect]
+}
+
+func (cp *callPools) recycle() {
+	for _, r := range cp.resets.items[:cp.resets.n] {
+		r.Keys = nil
+		r.Trim(maxKeptOps) // one huge CL.RESET's requests are not kept
+	}
+	cp.throttles.reset()
+	cp.limits.reset()
+	cp.resets.reset()
+	cp.inspects.reset()
+}

@@ -1,0 +1,148 @@
+package store
+
+import (
+	"bytes"
+
+	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/limit"
+)
+
+// The requests cluster mode sends: on the keys of hash slots (queue each
+// with Session.AddTo, on Store.ShardOfSlot or on every shard), and on a key
+// moved from another node.
+
+// SlotCountReq is CLUSTER COUNTKEYSINSLOT.
+type SlotCountReq struct {
+	envelope
+	Slot  int
+	Count int64 // out: live keys in Slot
+}
+
+func (r *SlotCountReq) run(sh *shard, now int64) {
+	nowMs := floorMs(now)
+	r.Count = 0
+	for i := uint32(0); i < sh.t.nent; i++ {
+		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == r.Slot {
+			r.Count++
+		}
+	}
+}
+
+// SlotKeysReq is CLUSTER GETKEYSINSLOT.
+type SlotKeysReq struct {
+	envelope
+	Slot int
+	Max  int      // the most keys wanted
+	Keys [][]byte // out: up to Max live keys in Slot (copies)
+}
+
+func (r *SlotKeysReq) run(sh *shard, now int64) {
+	nowMs := floorMs(now)
+	r.Keys = r.Keys[:0]
+	for i := uint32(0); i < sh.t.nent && len(r.Keys) < r.Max; i++ {
+		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == r.Slot {
+			r.Keys = append(r.Keys, append([]byte(nil), sh.t.keyOf(e)...))
+		}
+	}
+}
+
+// DumpSlotsReq copies the state of every live key of the shard whose slot
+// is in Ranges, to move it to another node.
+type DumpSlotsReq struct {
+	envelope
+	Ranges  [][2]int // inclusive slot ranges
+	Entries []Entry  // out
+}
+
+func (r *DumpSlotsReq) run(sh *shard, now int64) {
+	nowMs := floorMs(now)
+	r.Entries = r.Entries[:0]
+	for i := uint32(0); i < sh.t.nent; i++ {
+		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && inRanges(cluster.KeySlot(sh.t.keyOf(e)), r.Ranges) {
+			r.Entries = append(r.Entries, Entry{Key: append([]byte(nil), sh.t.keyOf(e)...), State: bytes.Clone(sh.t.state(e, nil)), Expires: e.exp()})
+		}
+	}
+}
+
+// DropSlotsReq removes every key of the shard whose slot is in Ranges (a
+// cluster node lost them), from memory and from disk.
+type DropSlotsReq struct {
+	envelope
+	Ranges  [][2]int // inclusive slot ranges
+	Dropped int64    // out: keys removed, live or expired
+}
+
+func (r *DropSlotsReq) run(sh *shard, _ int64) {
+	r.Dropped = int64(sh.dropSlotsMem(r.Ranges))
+	if sh.p == nil {
+		return
+	}
+	sh.flushDels()
+	rec, n := sh.recBuf(), 0
+	for _, rg := range r.Ranges {
+		lo, hi := max(rg[0], sh.slotLo), min(rg[1]+1, sh.slotHi)
+		if lo < hi {
+			rec, n = appendDrop(rec, lo, hi), n+1
+		}
+	}
+	sh.writeRecord(rec, n)
+}
+
+// ImportReq merges one key's state moved from another node (CLUSTER
+// IMPORTSTATE) into the local one with limit.Merge: the result charges what
+// both allowed, never "the larger wins". A state of another kind than the
+// local one is not merged (the local one stays); an expired one (Expires
+// before now) neither. Queue it with Session.AddTo the key's shard.
+type ImportReq struct {
+	envelope
+	Key     []byte
+	State   []byte // limit.Encode's bytes
+	Expires int64  // Unix ms; NoExpiry for none
+	Applied bool   // out: the key changed
+	Err     error  // out: the local or the moved state does not decode
+}
+
+func (r *ImportReq) run(sh *shard, now int64) {
+	r.Applied, r.Err = false, nil
+	nowMs := floorMs(now)
+	if r.Expires < nowMs {
+		return
+	}
+	if _, err := limit.Decode(r.State); err != nil {
+		r.Err = err
+		return
+	}
+	h := sh.t.hash(r.Key)
+	ei := sh.find(r.Key, h, nowMs)
+	state, exp := r.State, r.Expires
+	if ei >= 0 {
+		e := sh.t.at(uint32(ei))
+		local := sh.t.state(e, nil)
+		if limit.KindOf(local) != limit.KindOf(r.State) {
+			return // a WRONGTYPE conflict: the local state stays
+		}
+		merged, mexp, err := limit.MergeEncoded(nil, local, r.State, now)
+		if err != nil {
+			r.Err = err
+			return
+		}
+		// The key lives as long as the merged state does, not as long as
+		// the longer-lived side: a merge may keep one side's window and
+		// drop the other's. Only a merge that holds no charge at all (a
+		// GCRA TAT without debt on either side) keeps the keys' own
+		// lifetimes, as CL.THROTTLE leaves a key it did not charge.
+		exp = mexp
+		if mexp <= nowMs {
+			exp = max(e.exp(), r.Expires)
+		}
+		if bytes.Equal(merged, local) && exp == e.exp() {
+			return // nothing to add
+		}
+		state = merged
+	} else {
+		ei = int64(sh.t.insertHash(r.Key, h))
+	}
+	sh.setState(uint32(ei), state, exp)
+	sh.markDirty(uint32(ei))
+	r.Applied = true
+}
