@@ -377,7 +377,7 @@ type Session struct {
 	batches []batch
 	wg      sync.WaitGroup
 	held    []*envelope // AddHeld's requests, not run yet
-	hold    *hold // reused by runHeld; nil until the first
+	hold    *hold       // reused by runHeld; nil until the first
 }
 
 type batch struct {
