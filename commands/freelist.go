@@ -95,6 +95,10 @@ type callPools struct {
 }
 
 func (cp *callPools) recycle() {
+	for _, l := range cp.limits.items[:cp.limits.n] {
+		clear(l.Call.Limits) // no keys into the read buffer past the pipeline
+		l.Call.Limits = l.Call.Limits[:0]
+	}
 	for _, r := range cp.resets.items[:cp.resets.n] {
 		r.Keys = nil
 		r.Trim(maxKeptOps) // one huge CL.RESET's requests are not kept

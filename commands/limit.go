@@ -49,11 +49,11 @@ func limitKeys(argv [][]byte) [][]byte {
 
 // CL.LIMIT <key> <TYPE> <args> [COST n] [TZ zone] [AND <key> ...] [PEEK] [MS]
 func limitCall(c *Client, args [][]byte) (service.Call, string) {
-	call, err := limit.ParseLimit(args)
+	l := c.calls.limits.get()
+	call, err := limit.ParseLimitInto(l.Call.Limits[:0], args)
 	if err != nil {
 		return nil, err.Error()
 	}
-	l := c.calls.limits.get()
 	l.Call = call
 	return l, ""
 }
@@ -69,7 +69,6 @@ func limitAnswer(_ *Client, w *Out, call service.Call) {
 	for i := range rs {
 		writeR5(w, rs[i].R5)
 	}
-	l.Call = limit.Call{}
 }
 
 // writeR5 writes one limit's [limited, limit, remaining, retry_after,

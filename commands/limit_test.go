@@ -57,8 +57,8 @@ func TestLimitCrossSlot(t *testing.T) {
 
 // TestKeyedCommandsAllocateNothingWhenWarm: every keyed command takes its
 // store request from the client's free lists, so a warm client's pipeline
-// of them allocates nothing. (CL.LIMIT, CL.INSPECT and CL.RESET are not
-// here: package limit's parsing and CL.INSPECT's fields allocate.)
+// of them allocates nothing. (CL.INSPECT and CL.RESET are not here:
+// CL.INSPECT's fields and CL.RESET's key list allocate.)
 func TestKeyedCommandsAllocateNothingWhenWarm(t *testing.T) {
 	h := newHarness(t, Config{})
 	var cmds [][][]byte
@@ -72,6 +72,9 @@ func TestKeyedCommandsAllocateNothingWhenWarm(t *testing.T) {
 		{"TYPE", "k1"},
 		{"DEL", "k9", "k8"},
 		{"UNLINK", "k7"},
+		{"CL.LIMIT", "l1", "FW", "100", "60"},
+		{"CL.LIMIT", "{t}a", "SWC", "100", "60", "AND", "{t}b", "GCRA", "10", "100", "60"},
+		{"CL.LIMIT", "{a}x", "FW", "100", "60", "AND", "{b}x", "FW", "100", "60"}, // two shards of four
 	} {
 		var argv [][]byte
 		for _, a := range c {

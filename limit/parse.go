@@ -28,7 +28,12 @@ type Call struct {
 // and the repeated keys. The error is one of this package's client-facing
 // errors (Error, *UnknownTypeError, *RangeError, *UnknownUnitError,
 // *UnknownZoneError, *RepeatedKeyError). Keys alias argv.
-func ParseLimit(argv [][]byte) (Call, error) {
+func ParseLimit(argv [][]byte) (Call, error) { return ParseLimitInto(nil, argv) }
+
+// ParseLimitInto is ParseLimit with the call's Limits in buf's array when
+// it has room, so that a caller that keeps one between calls allocates
+// nothing.
+func ParseLimitInto(buf []Spec, argv [][]byte) (Call, error) {
 	if len(argv) < 5 {
 		return Call{}, ErrArity
 	}
@@ -37,7 +42,10 @@ func ParseLimit(argv [][]byte) (Call, error) {
 	if err != nil {
 		return Call{}, err
 	}
-	c := Call{Limits: make([]Spec, n), Options: opt}
+	if cap(buf) < n {
+		buf = make([]Spec, n)
+	}
+	c := Call{Limits: buf[:n], Options: opt}
 	for j := range n {
 		r := &raws[j]
 		l, cost, err := r.algo.parse(*r, opt.MS)

@@ -104,7 +104,7 @@ func (l *Limit) queue(s *Service, sess *store.Session) {
 			return
 		}
 	}
-	sess.AddTo(sh, &l.req)
+	sess.Add(&l.req) // by its first key: the shard's warm pass prefetches it
 }
 
 // Done fills Decision and Err from the store's answer; call it after the

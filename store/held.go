@@ -15,9 +15,9 @@ type HeldRequest interface {
 	// Shards appends the shards of the request's keys to dst, ascending,
 	// without repeats.
 	Shards(st *Store, dst []int) []int
-	// runHeld runs the request at now; shardOf gives each key's shard,
-	// which is parked for the call.
-	runHeld(shardOf func(key []byte) *shard, now int64)
+	// runHeld runs the request at now on st's shards, each of which it
+	// names is parked for the call.
+	runHeld(st *Store, now int64)
 }
 
 // addShard inserts shard i into the ascending, repeat-free list dst.
@@ -101,9 +101,8 @@ func (ss *Session) runHeld() {
 		<-h.held
 	}
 	now := st.cfg.Clock.Now()
-	shardOf := func(key []byte) *shard { return st.shards[st.ShardOf(key)] }
 	for _, op := range ss.held {
-		runHeldOne(op, shardOf, now)
+		runHeldOne(op, st, now)
 	}
 	for range h.ids {
 		h.release <- struct{}{}
@@ -115,13 +114,13 @@ func (ss *Session) runHeld() {
 
 // runHeldOne runs one held request; a panic fails it alone, as a panic in
 // a shard's op fails that op alone.
-func runHeldOne(op *envelope, shardOf func(key []byte) *shard, now int64) {
+func runHeldOne(op *envelope, st *Store, now int64) {
 	defer func() {
 		if p := recover(); p != nil {
 			op.status = ErrPanic
 		}
 	}()
-	op.req.(HeldRequest).runHeld(shardOf, now)
+	op.req.(HeldRequest).runHeld(st, now)
 }
 
 func (ss *Session) resetHeld() {

@@ -10,10 +10,11 @@ import (
 // decided against its key's current state with limit.Decide and, if all
 // admit, every one with a cost above 0 is charged, in one step no other
 // request can see into. Fill Call; read Decision, Results and Err after it
-// ran. A LimitReq whose keys all live on one shard is an ordinary typed
-// request (Session.AddTo that shard, see Shards); one whose keys live on
-// several shards is a HeldRequest (Session.AddHeld). It holds no reference into the
-// store afterwards and can be reused.
+// ran. A LimitReq whose keys all live on one shard is an ordinary keyed
+// request (Session.Add, addressed by its first key, so that the shard's
+// warm pass hashes it and prefetches its entry; see Shards); one whose
+// keys live on several shards is a HeldRequest (Session.AddHeld). It holds
+// no reference into the store afterwards and can be reused.
 type LimitReq struct {
 	envelope
 	Call limit.Call // parsed by limit.ParseLimit
@@ -41,24 +42,40 @@ func (r *LimitReq) Shards(st *Store, dst []int) []int {
 	return dst
 }
 
-func (r *LimitReq) runHeld(shardOf func(key []byte) *shard, now int64) {
-	r.decide(shardOf, now)
+// route addresses the request by its first key: Session.Add puts it on
+// that key's shard, which must own all of its keys (Shards has one).
+func (r *LimitReq) route() *envelope { return r.addressed(r, r.Call.Limits[0].Key) }
+
+func (r *LimitReq) runHeld(st *Store, now int64) {
+	r.decide(st, nil, now)
 }
 
 func (r *LimitReq) run(sh *shard, now int64) {
-	r.decide(func([]byte) *shard { return sh }, now)
+	r.decide(nil, sh, now)
 }
 
-// decide runs the call at now; shardOf gives each key's shard, whose
-// goroutine is this one or is parked (Session.AddHeld).
-func (r *LimitReq) decide(shardOf func(key []byte) *shard, now int64) {
+// decide runs the call at now, on shard one whose goroutine this is, or
+// (one nil) on st's shards, parked (Session.AddHeld). Not a function
+// giving each key's shard: passed through an interface it would escape,
+// an allocation per call.
+func (r *LimitReq) decide(st *Store, one *shard, now int64) {
+	shardOf := func(key []byte) *shard {
+		if one != nil {
+			return one
+		}
+		return st.shards[st.ShardOf(key)]
+	}
 	r.Err = nil
 	specs := r.Call.Limits
 	nowMs := floorMs(now)
 	states, hashes := &r.states, &r.hashes
 	for i, s := range specs {
 		sh := shardOf(s.Key)
-		hashes[i] = sh.t.hash(s.Key)
+		if i == 0 {
+			hashes[0] = r.keyHash(sh.t, s.Key) // warm's, when queued by Add
+		} else {
+			hashes[i] = sh.t.hash(s.Key)
+		}
 		r.eis[i] = sh.find(s.Key, hashes[i], nowMs)
 		states[i] = nil
 		if r.eis[i] >= 0 {
