@@ -279,7 +279,7 @@ func scanCmd(c *Client, w *Out, args [][]byte) {
 	}
 	var pat []byte
 	count := int64(10)
-	typeOK := true
+	typ := "" // TYPE's name, lower-case; a type no key has (hash, ...) lists nothing, as in Redis
 	for i := 2; i < len(args); i += 2 {
 		if i+1 >= len(args) {
 			w.WriteError(ErrSyntax)
@@ -300,7 +300,7 @@ func scanCmd(c *Client, w *Out, args [][]byte) {
 			}
 			count = n
 		case "type":
-			typeOK = strings.EqualFold(string(args[i+1]), "string")
+			typ = strings.ToLower(string(args[i+1]))
 		default:
 			w.WriteError(ErrSyntax)
 			return
@@ -315,11 +315,10 @@ func scanCmd(c *Client, w *Out, args [][]byte) {
 		r.Cursor = pos
 		r.Count = int(min(budget, 1<<30))
 		r.Pattern = pat
+		r.Type = typ
 		c.QueueTo(int(sh), r)
 		c.runNow()
-		if typeOK {
-			keys = append(keys, r.Keys...)
-		}
+		keys = append(keys, r.Keys...)
 		r.Keys = nil
 		budget -= r.Examined
 		if r.Next == 0 {

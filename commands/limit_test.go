@@ -91,3 +91,26 @@ func TestKeyedCommandsAllocateNothingWhenWarm(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// TestScanType: SCAN's TYPE filter knows both kinds of state, as TYPE
+// names them: "string" for CL.THROTTLE's GCRA TAT, "cl-limit" for the
+// other algorithms; a type no key has lists nothing.
+func TestScanType(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.cmd("CL.THROTTLE", "g", "1", "1", "60")
+	h.cmd("CL.LIMIT", "f", "FW", "5", "60")
+	h.cmd("CL.LIMIT", "s", "SWL", "5", "60")
+	scan := func(typ string) []string {
+		var keys []string
+		for _, l := range strings.Split(h.cmd("SCAN", "0", "COUNT", "1000", "TYPE", typ), "\r\n") {
+			if len(l) == 1 && strings.Contains("fgs", l) {
+				keys = append(keys, l)
+			}
+		}
+		return keys
+	}
+	assert.Equal(t, []string{"g"}, scan("string"))
+	assert.Equal(t, []string{"g"}, scan("STRING"))
+	assert.ElementsMatch(t, []string{"f", "s"}, scan("cl-limit"))
+	assert.Empty(t, scan("hash"))
+}

@@ -34,6 +34,9 @@ type ScanReq struct {
 	Pattern []byte // glob; nil matches every key
 	Count   int    // entries to look at; below 1 means 10
 	Cursor  uint64 // the entry to start at (0: the shard's first)
+	// Type, if set, keeps only keys whose TYPE is this name ("string" for
+	// GCRA, "cl-limit" for the other kinds: limit.Kind.TypeName).
+	Type string
 
 	Keys     [][]byte // out: copies, safe to keep; reused by the next run
 	Examined int64    // out: entries looked at
@@ -51,6 +54,9 @@ func (r *ScanReq) run(sh *shard, now int64) {
 	start := pos
 	for ; pos < sh.t.nent && count > 0; pos++ {
 		count--
+		if r.Type != "" && !sh.t.at(pos).isFree() && sh.t.at(pos).kind().TypeName() != r.Type {
+			continue // counted as examined, as Redis counts a key its filter drops
+		}
 		r.Keys = sh.collect(r.Keys, r.Pattern, pos, nowMs)
 	}
 	r.Examined = int64(pos - start)
