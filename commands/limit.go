@@ -98,7 +98,7 @@ func peekCall(c *Client, args [][]byte) (service.Call, string) {
 		return nil, err.Error()
 	}
 	t := c.calls.throttles.get()
-	*t = service.Throttle{Key: key, Params: p, Peek: true}
+	t.Key, t.Params, t.Peek = key, p, true
 	return t, ""
 }
 

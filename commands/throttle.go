@@ -27,7 +27,7 @@ func throttleCall(c *Client, args [][]byte) (service.Call, string) {
 		return nil, e
 	}
 	t := c.calls.throttles.get()
-	*t = service.Throttle{Key: args[1], Params: p}
+	t.Key, t.Params, t.Peek = args[1], p, false
 	return t, ""
 }
 
