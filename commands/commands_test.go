@@ -277,22 +277,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func fmtInt(n int) string { return strconv.Itoa(n) }
 
 func BenchmarkExecThrottlePipeline(b *testing.B) {
-	st, _ := store.New(store.Config{Shards: 4})
-	defer st.Close()
-	srv, _ := New(Config{}, st)
-	defer srv.Close()
-	c := srv.NewClient(nil, nil)
-	var cmds [][][]byte
-	for i := 0; i < 16; i++ {
-		cmds = append(cmds, [][]byte{[]byte("CL.THROTTLE"), []byte("key" + fmtInt(i)), []byte("1000000"), []byte("1"), []byte("1")})
-	}
-	var out Out
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i += 16 {
-		out.B = out.B[:0]
-		srv.Exec(c, cmds, &out)
-	}
+	benchPipeline(b, func(i int) []string { return []string{"CL.THROTTLE", "key" + fmtInt(i), "1000000", "1", "1"} })
 }
 
 // TestKeyspaceHitsAndMisses: like Redis's lookupKeyRead, GET, EXISTS (per

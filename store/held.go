@@ -135,11 +135,5 @@ func (ss *Session) resetHeld() {
 func (sh *shard) runHold(b *batch) {
 	b.hold.held <- struct{}{}
 	<-b.hold.release
-	sh.publish()
-	if sh.writeThrough() {
-		sh.writeDirty()
-		sh.sendChanges(b.wg)
-		return
-	}
-	b.wg.Done()
+	sh.endBatch(b.wg)
 }

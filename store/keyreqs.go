@@ -18,20 +18,27 @@ type ThrottleReq struct {
 	Err    error       // out: ErrWrongType for a key of another kind, or gcra's
 }
 
+// findTAT finds a live key's GCRA TAT: its entry (-1: no live key, tat
+// 0) or ErrWrongType if it holds another kind.
+func (sh *shard) findTAT(key []byte, h uint64, nowMs int64) (ei int64, tat uint64, err error) {
+	ei = sh.find(key, h, nowMs)
+	if ei < 0 {
+		return -1, 0, nil
+	}
+	e := sh.t.at(uint32(ei))
+	if e.outKind() != 0 {
+		return ei, 0, ErrWrongType
+	}
+	return ei, e.tat, nil
+}
+
 func (r *ThrottleReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *ThrottleReq) run(sh *shard, now int64) {
-	r.Err = nil
 	nowMs := floorMs(now)
-	ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), nowMs)
-	var tat uint64
-	if ei >= 0 {
-		e := sh.t.at(uint32(ei))
-		if e.outKind() != 0 {
-			r.Err = ErrWrongType
-			return
-		}
-		tat = e.tat
+	ei, tat, err := sh.findTAT(r.Key, r.keyHash(sh.t, r.Key), nowMs)
+	if r.Err = err; err != nil {
+		return
 	}
 	res, err := gcra.Throttle(r.Params, tat, ei >= 0, now)
 	r.Result, r.Err = res, err

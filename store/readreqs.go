@@ -16,16 +16,9 @@ type PeekReq struct {
 func (r *PeekReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *PeekReq) run(sh *shard, now int64) {
-	r.Err = nil
-	ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now))
-	var tat uint64
-	if ei >= 0 {
-		e := sh.t.at(uint32(ei))
-		if e.outKind() != 0 {
-			r.Err = ErrWrongType
-			return
-		}
-		tat = e.tat
+	ei, tat, err := sh.findTAT(r.Key, r.keyHash(sh.t, r.Key), floorMs(now))
+	if r.Err = err; err != nil {
+		return
 	}
 	r.Result, r.Err = gcra.Throttle(r.Params, tat, ei >= 0, now)
 }

@@ -278,13 +278,20 @@ func (sh *shard) runBatch(b *batch) {
 	for _, op := range b.ops {
 		sh.exec(op, now)
 	}
+	sh.endBatch(b.wg)
+}
+
+// endBatch ends a request batch or a hold: it publishes the shard's
+// counters and hands the changes made to persistence, then calls wg.Done
+// (under FsyncAlways once they are synced).
+func (sh *shard) endBatch(wg *sync.WaitGroup) {
 	sh.publish()
 	if sh.writeThrough() {
 		sh.writeDirty()
-		sh.sendChanges(b.wg)
+		sh.sendChanges(wg)
 		return
 	}
-	b.wg.Done()
+	wg.Done()
 }
 
 // writeChunk is how many changed keys a write-out step writes between
