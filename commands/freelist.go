@@ -95,13 +95,19 @@ type callPools struct {
 }
 
 func (cp *callPools) recycle() {
+	// No call keeps a key into the read buffer past the pipeline: the
+	// wire layer shrinks a huge buffer afterwards, which a kept key pins.
+	for _, t := range cp.throttles.items[:cp.throttles.n] {
+		t.Release()
+	}
 	for _, l := range cp.limits.items[:cp.limits.n] {
-		clear(l.Call.Limits) // no keys into the read buffer past the pipeline
-		l.Call.Limits = l.Call.Limits[:0]
+		l.Release()
 	}
 	for _, r := range cp.resets.items[:cp.resets.n] {
-		r.Keys = nil
-		r.Trim(maxKeptOps) // one huge CL.RESET's requests are not kept
+		r.Release(maxKeptOps)
+	}
+	for _, in := range cp.inspects.items[:cp.inspects.n] {
+		in.Release()
 	}
 	cp.throttles.reset()
 	cp.limits.reset()

@@ -645,6 +645,8 @@ func (s *Server) refusal(err error) string {
 		return ErrShuttingDown
 	case errors.Is(err, service.ErrExpireRange):
 		return ErrCellExpire
+	case errors.Is(err, service.ErrBadCall):
+		return ErrSyntax // the parsers refuse such calls first, in their own words
 	default:
 		return ErrInternal
 	}

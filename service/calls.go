@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/cellserver/cellserver/gcra"
@@ -34,7 +35,12 @@ type Throttle struct {
 
 func (t *Throttle) err() error { return t.Err }
 
-func (t *Throttle) check(s *Service) error { return s.checkKey(t.Key) }
+func (t *Throttle) check(s *Service) error {
+	if gcra.Interval(t.Params.Count, t.Params.Period) == 0 {
+		return ErrBadCall
+	}
+	return s.checkKey(t.Key)
+}
 
 func (t *Throttle) queue(s *Service, sess *store.Session) {
 	// Field by field, not a struct literal: the hot path, and zeroing the
@@ -91,6 +97,16 @@ func (l *Limit) err() error { return l.Err }
 
 func (l *Limit) check(s *Service) error {
 	ls := l.Call.Limits
+	if len(ls) == 0 || len(ls) > limit.MaxLimits {
+		return ErrBadCall
+	}
+	for i := 1; i < len(ls); i++ {
+		for j := range i {
+			if bytes.Equal(ls[i].Key, ls[j].Key) {
+				return ErrBadCall // one key charged twice would be two entries
+			}
+		}
+	}
 	return s.checkEach(len(ls), func(i int) []byte { return ls[i].Key })
 }
 
@@ -201,10 +217,40 @@ func (in *Inspect) Done() {
 	in.Found, in.Fields, in.PTTL = true, fs, in.req.PTTL
 }
 
-// Trim drops the call's per-key buffers if they grew past n keys, so that
-// a reused Reset does not keep one huge call's memory.
-func (r *Reset) Trim(n int) {
-	if cap(r.dels) > n {
+// Release drops what the call references of its inputs (keys, which
+// alias a front end's buffers) once its outcome was read, keeping its
+// buffers for the next use; the call must be filled again before then.
+func (t *Throttle) Release() {
+	t.Key, t.throttle.Key, t.peek.Key = nil, nil, nil
+	t.throttle.Forget()
+	t.peek.Forget()
+}
+
+// Release is Throttle.Release for a Limit; Call.Limits keeps its array
+// (limit.ParseLimitInto fills it again), cleared.
+func (l *Limit) Release() {
+	full := l.Call.Limits[:cap(l.Call.Limits)] // a failed parse may have filled past len
+	clear(full)
+	l.Call.Limits = full[:0]
+	l.req.Call = limit.Call{}
+	l.req.Forget()
+}
+
+// Release is Throttle.Release for a Reset; it also drops its per-key
+// buffers if they grew past maxKept keys, so that a reused Reset does not
+// keep one huge call's memory.
+func (r *Reset) Release(maxKept int) {
+	r.Keys = nil
+	if cap(r.dels) > maxKept {
 		r.dels = nil
+		return
 	}
+	clear(r.dels[:cap(r.dels)])
+	r.dels = r.dels[:0]
+}
+
+// Release is Throttle.Release for an Inspect.
+func (in *Inspect) Release() {
+	in.Key, in.req.Key = nil, nil
+	in.req.Forget()
 }

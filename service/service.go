@@ -44,6 +44,11 @@ var (
 	ErrClusterDown = errors.New("service: hash slot not served")
 	// ErrKeyTooLong: a key is longer than Config.MaxKeyBytes.
 	ErrKeyTooLong = errors.New("service: key exceeds the maximum size")
+	// ErrBadCall: the call itself is invalid: a Limit without limits,
+	// with more than limit.MaxLimits or naming a key twice, a Throttle
+	// whose rate is zero. (RESP's parsers refuse these with their own
+	// texts first; the check is for front ends that build calls.)
+	ErrBadCall = errors.New("service: invalid call")
 	// ErrClosed: the store is shutting down; the call did not run.
 	ErrClosed = errors.New("service: shutting down")
 	// ErrInternal: the call panicked or met a state that does not decode;

@@ -199,3 +199,27 @@ func TestClosed(t *testing.T) {
 		assert.ErrorIs(t, ErrOf(c), ErrClosed, "%T", c)
 	}
 }
+
+// Calls built by a front end other than RESP's parsers are checked too:
+// a bad one is refused before it touches the store.
+func TestBadCalls(t *testing.T) {
+	svc, _ := newService(t, Config{})
+	one := limitCall(t, "dup FW 10 60").Call.Limits[0]
+	var many limit.Call
+	for i := range limit.MaxLimits + 1 {
+		sp := one
+		sp.Key = []byte{byte('a' + i)}
+		many.Limits = append(many.Limits, sp)
+	}
+	for name, c := range map[string]Call{
+		"no limits":   &Limit{},
+		"17 limits":   &Limit{Call: many},
+		"a key twice": &Limit{Call: limit.Call{Limits: []limit.Spec{one, one}}},
+		"zero rate":   &Throttle{Key: []byte("k"), Params: gcra.Params{MaxBurst: 1, Quantity: 1}},
+	} {
+		assert.ErrorIs(t, svc.Do(c), ErrBadCall, name)
+	}
+	in := &Inspect{Key: []byte("dup")}
+	require.NoError(t, svc.Do(in))
+	assert.False(t, in.Found, "nothing was written")
+}

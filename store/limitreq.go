@@ -77,9 +77,15 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 			hashes[i] = sh.t.hash(s.Key)
 		}
 		r.eis[i] = sh.find(s.Key, hashes[i], nowMs)
+	}
+	// States are read only once every key was looked up: a lookup that
+	// removes an expired key may compact the arena, and a state read
+	// before it would then point into memory given back to the system.
+	for i, s := range specs {
 		states[i] = nil
 		if r.eis[i] >= 0 {
-			states[i] = sh.t.state(sh.t.at(uint32(r.eis[i])), r.local[i][:0])
+			t := shardOf(s.Key).t
+			states[i] = t.state(t.at(uint32(r.eis[i])), r.local[i][:0])
 		}
 	}
 	d, buf, err := limit.Decide(specs, states[:len(specs)], now, r.Call.Options, r.Results[:len(specs)], r.buf[:0])

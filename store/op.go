@@ -70,6 +70,11 @@ func (e *envelope) keyHash(t *table, key []byte) uint64 {
 	return e.hash
 }
 
+// Forget drops the request's routing key once its outputs were read, so
+// that a request kept for reuse does not pin the memory its key was in (a
+// client's read buffer).
+func (e *envelope) Forget() { e.key = nil }
+
 // Status reports whether the store ran the request (see Request.Status).
 func (e *envelope) Status() error { return e.status }
 

@@ -140,7 +140,7 @@ func (r *ImportReq) run(sh *shard, now int64) {
 		}
 		state = merged
 	} else {
-		ei = int64(sh.t.insertHash(r.Key, h))
+		ei = int64(sh.t.insertFor(r.Key, h, limit.KindOf(state))) // FW, SWC inline, as on replay
 	}
 	sh.setState(uint32(ei), state, exp)
 	sh.markDirty(uint32(ei))
