@@ -740,13 +740,14 @@ func (s *Server) answer(c *Client, out *Out, sl *slot, usec int64) {
 		}
 	}()
 	call.Done()
+	st := c.stat(sl.cmd)
+	st.usec.Add(usec) // a call that ran counts its time, failed or not, as in Redis
 	if e := s.refusal(service.ErrOf(call)); e != "" {
 		s.countError(e)
 		out.WriteError(e)
-		c.stat(sl.cmd).failed.Add(1)
+		st.failed.Add(1)
 		return
 	}
-	c.stat(sl.cmd).usec.Add(usec)
 	sl.cmd.Answer(c, out, call)
 }
 
