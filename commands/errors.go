@@ -1,11 +1,13 @@
 package commands
 
+import "github.com/cellserver/cellserver/limit"
+
 // Client-facing error texts, byte for byte as Redis 7 or redis-cell send them
 // (without the leading '-').
 const (
-	ErrCellUsage       = "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
+	ErrCellUsage       = string(limit.ErrThrottleUsage) // CL.THROTTLE's parser is package limit's
 	ErrCellParsePrefix = "Cell error: Store error: Couldn't parse as integer: "
-	ErrCellZeroRate    = "Cell error: Store error: Zero rates are not supported"
+	ErrCellZeroRate    = string(limit.ErrCellZeroRate)
 	ErrCellExpire      = "Cell error: Store error: Error while setting key expire"
 
 	ErrNoAuth          = "NOAUTH Authentication required."

@@ -80,15 +80,21 @@ func writeR5(w *Out, r limit.R5) {
 
 // writeR5Fields writes the five integers of an R5, not wrapped in an array.
 func writeR5Fields(w *Out, r limit.R5) {
-	if r.Limited {
+	writeFive(w, r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter)
+}
+
+// writeFive writes redis-cell's five integers (CL.THROTTLE's reply, each
+// of CL.LIMIT's limits), not wrapped in an array.
+func writeFive(w *Out, limited bool, lim, remaining, retryAfter, resetAfter int64) {
+	if limited {
 		w.WriteInt(1)
 	} else {
 		w.WriteInt(0)
 	}
-	w.WriteInt(r.Limit)
-	w.WriteInt(r.Remaining)
-	w.WriteInt(r.RetryAfter)
-	w.WriteInt(r.ResetAfter)
+	w.WriteInt(lim)
+	w.WriteInt(remaining)
+	w.WriteInt(retryAfter)
+	w.WriteInt(resetAfter)
 }
 
 // CL.PEEK <key> <max_burst> <count per period> <period> [<quantity>]

@@ -1,7 +1,6 @@
 package commands
 
 import (
-	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/service"
 )
@@ -22,48 +21,18 @@ func registerThrottle(t Table) {
 
 // CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]
 func throttleCall(c *Client, args [][]byte) (service.Call, string) {
-	p, e := parseThrottle(args)
-	if e != "" {
-		return nil, e
+	key, p, err := limit.ParseThrottle(args)
+	if err != nil {
+		return nil, err.Error()
 	}
 	t := c.calls.throttles.get()
-	t.Key, t.Params, t.Peek = args[1], p, false
+	t.Key, t.Params, t.Peek = key, p, false
 	return t, ""
-}
-
-// parseThrottle parses CL.THROTTLE's arguments as redis-cell does, with its
-// error texts.
-func parseThrottle(args [][]byte) (gcra.Params, string) {
-	var p gcra.Params
-	if len(args) != 5 && len(args) != 6 {
-		return p, ErrCellUsage
-	}
-	p.Quantity = 1
-	fields := [...]*int64{&p.MaxBurst, &p.Count, &p.Period, &p.Quantity}
-	for i, a := range args[2:] {
-		n, ok := limit.ParseCellInt(a)
-		if !ok {
-			return p, ErrCellParsePrefix + string(a)
-		}
-		*fields[i] = n
-	}
-	if gcra.Interval(p.Count, p.Period) == 0 {
-		return p, ErrCellZeroRate
-	}
-	return p, ""
 }
 
 // throttleAnswer writes CL.THROTTLE's (and CL.PEEK's) reply.
 func throttleAnswer(_ *Client, w *Out, call service.Call) {
 	r := &call.(*service.Throttle).Result
 	w.WriteArray(5)
-	if r.Limited {
-		w.WriteInt(1)
-	} else {
-		w.WriteInt(0)
-	}
-	w.WriteInt(r.Limit)
-	w.WriteInt(r.Remaining)
-	w.WriteInt(r.RetryAfter)
-	w.WriteInt(r.ResetAfter)
+	writeFive(w, r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter)
 }

@@ -34,9 +34,10 @@ const (
 	ErrWrongType Error = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 	// CL.PEEK's texts are CL.THROTTLE's, with its own usage line.
-	ErrPeekUsage    Error = "Cell error: Store error: Usage: cl.peek <key> <max_burst> <count per period> <period> [<quantity>]"
-	ErrCellZeroRate Error = "Cell error: Store error: Zero rates are not supported"
-	ErrCellExpire   Error = "Cell error: Store error: Error while setting key expire"
+	ErrThrottleUsage Error = "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
+	ErrPeekUsage     Error = "Cell error: Store error: Usage: cl.peek <key> <max_burst> <count per period> <period> [<quantity>]"
+	ErrCellZeroRate  Error = "Cell error: Store error: Zero rates are not supported"
+	ErrCellExpire    Error = "Cell error: Store error: Error while setting key expire"
 )
 
 // UnknownTypeError: the type token of a limit is none of GCRA, FW, SWC, SWL,

@@ -264,15 +264,26 @@ func parseDecimal(digits []byte, neg bool) (int64, bool) {
 	return -n, true
 }
 
-// ParsePeek parses CL.PEEK <key> <max_burst> <count per period> <period>
-// [<quantity>] exactly as CL.THROTTLE parses its arguments (cl-throttle.md
-// §1: an optional '+' or '-', leading zeros allowed, no range checks), with
-// CL.PEEK's usage text (spec §1). argv[0] is the command name. The reply is
-// then gcra.Throttle(p, ...) at the same instant, written nowhere (a result
-// with Expiry gcra.ExpireError replies ErrCellExpire).
+// ParseThrottle parses CL.THROTTLE <key> <max_burst> <count per period>
+// <period> [<quantity>] exactly as redis-cell does (cl-throttle.md §1: an
+// optional '+' or '-', leading zeros allowed, no range checks). argv[0] is
+// the command name.
+func ParseThrottle(argv [][]byte) (key []byte, p gcra.Params, err error) {
+	return parseCell(argv, ErrThrottleUsage)
+}
+
+// ParsePeek parses CL.PEEK's arguments, CL.THROTTLE's grammar with
+// CL.PEEK's usage text (spec §1). The reply is then gcra.Throttle(p, ...)
+// at the same instant, written nowhere (a result with Expiry
+// gcra.ExpireError replies ErrCellExpire).
 func ParsePeek(argv [][]byte) (key []byte, p gcra.Params, err error) {
+	return parseCell(argv, ErrPeekUsage)
+}
+
+// parseCell is CL.THROTTLE's grammar, with the command's usage text.
+func parseCell(argv [][]byte, usage Error) (key []byte, p gcra.Params, err error) {
 	if len(argv) != 5 && len(argv) != 6 {
-		return nil, p, ErrPeekUsage
+		return nil, p, usage
 	}
 	p.Quantity = 1
 	fields := [...]*int64{&p.MaxBurst, &p.Count, &p.Period, &p.Quantity}

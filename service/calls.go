@@ -112,10 +112,12 @@ func (l *Limit) check(s *Service) error {
 
 func (l *Limit) queue(s *Service, sess *store.Session) {
 	l.req.Call = l.Call
-	st := s.st
-	sh := st.ShardOf(l.Call.Limits[0].Key)
-	for _, sp := range l.Call.Limits[1:] {
-		if st.ShardOf(sp.Key) != sh {
+	if ls := l.Call.Limits; len(ls) > 1 { // one limit is one shard: Add finds it
+		sh := s.st.ShardOf(ls[0].Key)
+		for _, sp := range ls[1:] {
+			if s.st.ShardOf(sp.Key) == sh {
+				continue
+			}
 			// Several shards: run with each of them parked, in order with
 			// the session's other calls.
 			sess.AddHeld(&l.req)

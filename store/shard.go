@@ -676,23 +676,22 @@ func (sh *shard) exec(op *envelope, now int64) {
 
 func (sh *shard) set(ei uint32, tat uint64, exp int64) {
 	e := sh.t.at(ei)
-	if e.exp() != noExpiry {
-		sh.expires--
-	}
 	sh.t.setTAT(e, tat)
-	e.setExp(exp)
-	if exp != noExpiry {
-		sh.expires++
-	}
+	sh.setExp(e, exp)
 }
 
 // setState stores an encoded state (any kind) and its expiry in entry ei.
 func (sh *shard) setState(ei uint32, enc []byte, exp int64) {
 	e := sh.t.at(ei)
+	sh.t.setState(e, enc)
+	sh.setExp(e, exp)
+}
+
+// setExp sets e's expiry, keeping the count of keys with one.
+func (sh *shard) setExp(e *entry, exp int64) {
 	if e.exp() != noExpiry {
 		sh.expires--
 	}
-	sh.t.setState(e, enc)
 	e.setExp(exp)
 	if exp != noExpiry {
 		sh.expires++
