@@ -26,6 +26,16 @@ if ! command -v ip >/dev/null 2>&1; then
   command -v ip >/dev/null 2>&1 || echo "test.sh: WARNING: ip not found; the non-loopback admin test will SKIP"
 fi
 
+# redis-rb (Debian's ruby-redis) is one of the cluster clients the e2e tests
+# drive (tests/clusterclients_test.go).
+if ! command -v ruby >/dev/null 2>&1 || ! ruby -e "require 'redis'" >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing ruby-redis (redis-rb)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby-redis >/dev/null || true
+  fi
+  ruby -e "require 'redis'" >/dev/null 2>&1 || echo "test.sh: WARNING: ruby-redis not installed; the redis-rb test will SKIP"
+fi
+
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "test.sh: gofmt needed on: $unformatted"

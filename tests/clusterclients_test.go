@@ -138,3 +138,53 @@ func TestClusterIORedisPipeline(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterRedisRb: redis-rb's Redis::Cluster (Debian's ruby-redis)
+// routes CL.THROTTLE to its key's owner when the command is sent in lower
+// case, as COMMAND names it; sent in upper case it reaches a random node and
+// costs a MOVED, with the same replies.
+func TestClusterRedisRb(t *testing.T) {
+	ruby, err := exec.LookPath("ruby")
+	if err != nil || exec.Command(ruby, "-e", "require 'redis'").Run() != nil {
+		t.Skip("!!! ruby with redis-rb not installed: TestClusterRedisRb NOT RUN (apt-get install -y ruby-redis) !!!")
+	}
+	dir, err := filepath.Abs("redisrb")
+	require.NoError(t, err)
+	nodes, _ := clCluster(t)
+	cs := clClients(t, nodes)
+	for _, name := range []string{"cl.throttle", "CL.THROTTLE"} {
+		var keys []string
+		for i := 0; i < 30; i++ {
+			keys = append(keys, fmt.Sprintf("rb:%s:%d", name, i))
+		}
+		const calls = 3
+		cfg, err := json.Marshal(map[string]any{
+			"nodes": []string{"redis://" + nodes[0].Addr}, "keys": keys, "calls": calls, "name": name,
+		})
+		require.NoError(t, err)
+		before := clMovedTotal(t, cs)
+		out, errOut, code := clRun(t, 60*time.Second, dir, ruby, "throttle.rb", string(cfg))
+		require.Equal(t, 0, code, "ruby throttle.rb: stdout:\n%s\nstderr:\n%s", out, errOut)
+		moved := clMovedTotal(t, cs) - before
+		var res struct {
+			Results map[string][][]int64 `json:"results"`
+			Errors  []string             `json:"errors"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res), "throttle.rb printed:\n%s\nstderr:\n%s", out, errOut)
+		require.Empty(t, res.Errors, name)
+		t.Logf("redis-rb Redis::Cluster, %s: %d MOVED replies over %d calls", name, moved, len(keys)*calls)
+		for _, k := range keys {
+			rs := res.Results[k]
+			require.Len(t, rs, calls, k)
+			for j, r := range rs {
+				require.Len(t, r, 5)
+				assert.Equal(t, []int64{0, 16, 15 - int64(j), -1}, r[:4], "%s call %d", k, j+1)
+			}
+		}
+		if name == "cl.throttle" {
+			assert.Zero(t, moved, "lower case: every call goes to its owner")
+		} else {
+			assert.NotZero(t, moved, "upper case: redis-rb does not find the key")
+		}
+	}
+}
