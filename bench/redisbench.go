@@ -23,6 +23,7 @@ type BenchSpec struct {
 	Pipeline int      // -P
 	Keyspace int      // -r; 0 leaves it out (every __rand_int__ stays literal)
 	Threads  int      // --threads; 0 leaves it out
+	RESP3    bool     // -3: every client says HELLO 3 first
 	Command  []string // the command and its arguments
 	Timeout  time.Duration
 }
@@ -55,6 +56,9 @@ func (s BenchSpec) Args() []string {
 	}
 	if s.Threads > 0 {
 		a = append(a, "--threads", strconv.Itoa(s.Threads))
+	}
+	if s.RESP3 {
+		a = append(a, "-3")
 	}
 	return append(a, s.Command...)
 }

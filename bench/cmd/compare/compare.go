@@ -24,6 +24,7 @@ const (
 	// The CL.LIMIT scenarios' reference, on the same server in the same rounds.
 	sysCellThrottle = "cellserver CL.THROTTLE"
 	sysCellLimit    = "cellserver CL.LIMIT"
+	sysCellRESP3    = "cellserver CL.THROTTLE, RESP3"
 )
 
 // system is one server answering one kind of command.
@@ -37,6 +38,7 @@ type system struct {
 	// keyspace and preload, when set, replace the scenario's (flat-p16
 	// runs one keyspace per system).
 	keyspace, preload int
+	resp3             bool // redis-benchmark -3
 }
 
 // scenario is one row group of the report.
@@ -61,6 +63,9 @@ type scenario struct {
 	// Tags are hash tags that must land on different shards of the server
 	// (a CL.LIMIT across shards); the scenario is skipped if they do not.
 	Tags []string `json:"tags,omitempty"`
+	// RESP3: CL.THROTTLE on one cellserver from RESP2 and from RESP3
+	// clients (redis-benchmark -3), alternating round by round.
+	RESP3 bool `json:"resp3,omitempty"`
 }
 
 func scenarios(c config) []scenario {
@@ -86,6 +91,10 @@ func scenarios(c config) []scenario {
 		{Name: "limit2-p16", Title: "CL.LIMIT with two FW limits on different shards against CL.THROTTLE, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
 			Key: "key:__rand_int__", Params: p, Tags: []string{"a", "b"},
 			Limit: []string{"CL.LIMIT", "{a}k:__rand_int__", "FW", "100", "60", "AND", "{b}k:__rand_int__", "FW", "1000", "3600"}},
+		{Name: "resp3-p1", Title: "CL.THROTTLE from RESP2 and RESP3 clients, 100k random keys, no pipelining", Pipeline: 1, Keyspace: 100_000,
+			Key: "key:__rand_int__", Params: p, RESP3: true},
+		{Name: "resp3-p16", Title: "CL.THROTTLE from RESP2 and RESP3 clients, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
+			Key: "key:__rand_int__", Params: p, RESP3: true},
 		{Name: "flat-p16", Title: fmt.Sprintf("cost per op, 100k against %s live keys: two cellservers alternating, pipeline 16", strings.ToUpper(short(big))),
 			Pipeline: 16, Keyspace: big, Key: "live:__rand_int__", Params: lp, Preload: big, Prefix: "live:", Flat: true},
 	}
@@ -256,6 +265,12 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 				systems = append(systems, system{name: e.baseName + " CL.LIMIT", proc: base, argv: limit, check: checkLimitReply})
 			}
 		}
+		if sc.RESP3 {
+			systems = []system{
+				{name: sysCellThrottle, proc: cs, argv: throttle},
+				{name: sysCellRESP3, proc: cs, argv: throttle, resp3: true},
+			}
+		}
 		if sc.Flat {
 			if cs2 == nil {
 				logf("starting a second cellserver for 100k live keys")
@@ -310,7 +325,7 @@ func runScenario(ctx context.Context, e *env, sc scenario, systems []system, loa
 			keyspace, preload = s.keyspace, s.preload
 		}
 		specs[i] = bench.BenchSpec{Binary: cfg.RedisBenchmark, Addr: s.proc.Addr, Clients: cfg.Clients,
-			Pipeline: sc.Pipeline, Keyspace: keyspace, Threads: cfg.Threads, Command: argv}
+			Pipeline: sc.Pipeline, Keyspace: keyspace, Threads: cfg.Threads, Command: argv, RESP3: s.resp3}
 
 		// Preload the live keyspace, continuing where an earlier scenario stopped.
 		if preload > 0 && s.argv != nil {

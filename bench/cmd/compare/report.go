@@ -95,6 +95,13 @@ func scenarioTable(r *compareResult, sc *scenarioResult) string {
 		if rs := pairRatios(sc, sysCellLimit, sysCellThrottle, cpuPerOp); len(rs) > 0 {
 			notes = append(notes, fmt.Sprintf("CL.LIMIT / CL.THROTTLE server CPU/op, round by round: %s (median %.2fx)", fmtRatios(rs), median(rs)))
 		}
+	} else if s.RESP3 {
+		if rs := pairRatios(sc, sysCellRESP3, sysCellThrottle, rps); len(rs) > 0 {
+			notes = append(notes, fmt.Sprintf("RESP3 / RESP2 rps, same server, round by round: %s (median %.2fx)", fmtRatios(rs), median(rs)))
+		}
+		if rs := pairRatios(sc, sysCellRESP3, sysCellThrottle, cpuPerOp); len(rs) > 0 {
+			notes = append(notes, fmt.Sprintf("RESP3 / RESP2 server CPU/op, round by round: %s (median %.2fx)", fmtRatios(rs), median(rs)))
+		}
 	} else if s.Ping {
 		if c, err := r.find(s.Name, sysCellPing); err == nil {
 			if p, err := r.find(s.Name, sysPing); err == nil {
