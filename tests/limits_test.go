@@ -145,8 +145,9 @@ func procCPU(t testing.TB, pid int) time.Duration {
 }
 
 // TestParserIsLinear: a multibulk of 4M elements arriving in 64 KiB pieces
-// costs the server at most 5x the CPU of one of 1M (a parser that starts
-// over on every read costs 16x), and a PING on another connection meanwhile
+// costs the server at most 8x the CPU of one of 1M (a parser that starts
+// over on every read costs 16x; the margin is for a loaded machine's noise,
+// resp's TestParserLinearWork counts the work exactly), and a PING on another connection meanwhile
 // is answered. CPU time, not wall time: the machine may be shared. GOGC is
 // pinned: cellserver's own GC tuning gives small heaps more headroom than
 // large ones, which makes a 4x larger request cost more than 4x the
@@ -178,7 +179,7 @@ func TestParserIsLinear(t *testing.T) {
 		pingTook = max(pingTook, time.Since(start))
 	})
 	t.Logf("server CPU: 1M elements %v, 4M %v (%.1fx); PING during the 4M one took %v", d1, d4, float64(d4)/float64(d1), pingTook)
-	require.LessOrEqual(t, float64(d4), 5*float64(max(d1, 20*time.Millisecond)), "4M elements took %v of CPU, 1M %v", d4, d1)
+	require.LessOrEqual(t, float64(d4), 8*float64(max(d1, 20*time.Millisecond)), "4M elements took %v of CPU, 1M %v", d4, d1)
 	require.Less(t, pingTook, 2*time.Second)
 }
 
