@@ -100,6 +100,9 @@ func (ss *Session) runHeld() {
 		st.shards[id].in <- b
 		<-h.held
 	}
+	for _, id := range h.ids {
+		st.shards[id].by = ss.ID
+	}
 	now := st.cfg.Clock.Now()
 	for _, op := range ss.held {
 		runHeldOne(op, st, now)

@@ -371,6 +371,9 @@ func (s *Store) Stats() Stats {
 // of them. A Session is used by one goroutine at a time and is reusable;
 // it allocates nothing once warm.
 type Session struct {
+	// ID identifies the session to key listeners (KeyListener's by): its
+	// owner sets it (commands: the client's ID). 0 is the store's own.
+	ID      uint64
 	st      *Store
 	pending [][]*envelope
 	touched []int
@@ -382,6 +385,7 @@ type Session struct {
 
 type batch struct {
 	ops  []*envelope // the requests, in their envelopes
+	by   uint64      // the sending session's ID
 	wg   *sync.WaitGroup
 	ctl  uint8 // 0: a request batch; else a control batch (see shard.loop)
 	hold *hold // a ctlHold batch's
@@ -452,6 +456,7 @@ func (ss *Session) runBatches() {
 		b := &ss.batches[i]
 		b.ops = ss.pending[i]
 		b.wg = &ss.wg
+		b.by = ss.ID
 		st.shards[i].in <- b
 	}
 	ss.wg.Wait()
