@@ -192,7 +192,7 @@ func TestTxBound(t *testing.T) {
 	h.cmd("MULTI")
 	big := strings.Repeat("x", 1<<20)
 	for range MaxTxBytes >> 20 {
-		require.Equal(t, "+QUEUED\r\n", h.cmd("ECHO", big[:len(big)-8]))
+		require.Equal(t, "+QUEUED\r\n", h.cmd("ECHO", big[:len(big)-64]))
 	}
 	assert.Equal(t, "-"+errTxTooLarge+"\r\n", h.cmd("ECHO", big))
 	assert.Equal(t, "-"+ErrExecAbort+"\r\n", h.cmd("EXEC"))
