@@ -425,3 +425,30 @@ func TestTxNodeRedis(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &res), "tx.js printed:\n%s\nstderr:\n%s", out, errOut)
 	checkTxClient(t, res, txExec, "unknown command 'NOPE'", `"WatchError"`)
 }
+
+// Under --fsync always EXEC answers once its changes are synced: kill -9
+// right after the reply loses none of them, on any of the shards.
+func TestTxFsyncAlwaysKill9(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	args := []string{"--data-dir", dir, "--fsync", "always", "--shards", strconv.Itoa(txShards)}
+	srv := startServer(t, args...)
+	ctx := ctxT(t, 60*time.Second)
+	c := srv.Client(t)
+	keys := txKeys(t, "dur:", 4)
+	cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Do(ctx, "CL.THROTTLE", k, 10, 1, 3600)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, cmds, len(keys))
+	srv.Kill9() // nothing read first: a read would wait for the sync itself
+	c2 := startServer(t, args...).Client(t)
+	for _, k := range keys {
+		r, err := c2.Do(ctx, "CL.THROTTLE", k, 10, 1, 3600, 0).Int64Slice()
+		require.NoError(t, err)
+		assert.Equal(t, int64(10), r[2], "%s charged once (11: lost), after kill -9", k)
+	}
+}
