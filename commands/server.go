@@ -162,6 +162,7 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 				}
 			}
 		}
+		s.table["exec"].Slow = true // it may hold writes
 	}
 	s.slowLens = s.table.slowLens()
 	if err := s.initCluster(); err != nil {
@@ -262,6 +263,8 @@ type Client struct {
 	queued []store.Request
 	reqs   requests
 	slots  []slot
+
+	tx *txState // MULTI and WATCH (tx.go); nil until first used
 }
 
 type slot struct {
@@ -281,6 +284,7 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 		sess:    s.st.NewSession(),
 		stats:   make([]cmdStat, s.table.size()),
 	}
+	c.sess.ID = uint64(c.ID) // key listeners learn who changed a key
 	if remote != nil {
 		c.Addr = remote.String()
 		c.local = isLocal(remote)
@@ -311,6 +315,7 @@ func isLocal(a net.Addr) bool {
 
 // Close unregisters the client, keeping its command counts for INFO.
 func (c *Client) Close() {
+	c.closeTx()
 	s := c.srv
 	s.clientsMu.Lock()
 	delete(s.clients, c.ID)
@@ -523,6 +528,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.reject(cmd, ErrMisconf)
 		return
 	}
+	if c.tx != nil && c.tx.multi && s.txQueued(c, cmd, args, out) {
+		return
+	}
 	c.lastCmd.Store(cmd)
 	st := c.stat(cmd)
 	run := cmd.Run
@@ -664,6 +672,9 @@ func (s *Server) queue(cmd *Command, c *Client, args [][]byte) (e string) {
 }
 
 func (c *Client) errSlot(e string) {
+	if c.tx != nil && c.tx.multi {
+		c.tx.dirty = true // Redis's flagTransaction
+	}
 	c.slots = append(c.slots, slot{err: e})
 }
 
@@ -672,6 +683,9 @@ func (c *Client) errSlot(e string) {
 // NOAUTH, NOPERM, a redirection, MISCONF).
 func (c *Client) reject(cmd *Command, e string) {
 	c.stat(cmd).rejected.Add(1)
+	if c.tx != nil && c.tx.multi {
+		e = c.txRefused(cmd, e)
+	}
 	c.errSlot(e)
 }
 
@@ -774,7 +788,7 @@ func (c *Client) recycle() {
 func statusError(reqs []store.Request) string {
 	for _, r := range reqs {
 		switch r.Status() {
-		case store.ErrPanic:
+		case store.ErrPanic, store.ErrNotHeld:
 			return ErrInternal
 		case store.ErrClosed:
 			return ErrShuttingDown

@@ -56,6 +56,7 @@ func (r *ThrottleReq) run(sh *shard, now int64) {
 	}
 	sh.set(uint32(ei), res.NewTAT, exp)
 	sh.markDirty(uint32(ei))
+	sh.changed(r.Key, sh.by)
 }
 
 // GetReq is GET: a GCRA key's TAT.
@@ -94,6 +95,7 @@ func (r *DelReq) route() *envelope { return r.addressed(r, r.Key) }
 func (r *DelReq) run(sh *shard, now int64) {
 	r.Removed = false
 	if ei := sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now)); ei >= 0 {
+		sh.changed(r.Key, sh.by)
 		sh.removeHash(uint32(ei), r.hash)
 		r.Removed = true
 	}

@@ -115,5 +115,6 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 		}
 		sh.setState(uint32(ei), res.State, res.ExpireAt)
 		sh.markDirty(uint32(ei))
+		sh.changed(s.Key, sh.by)
 	}
 }

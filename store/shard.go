@@ -56,6 +56,12 @@ type shard struct {
 
 	sweepPos uint32
 
+	// interest holds the listeners registered for keys of this shard (see
+	// notify.go); by is the ID of the session whose batch (or hold) is
+	// running, for them.
+	interest map[string][]KeyListener
+	by       uint64
+
 	// Counters read by Stats from other goroutines.
 	nkeys    atomic.Int64
 	nexpires atomic.Int64
@@ -267,6 +273,7 @@ func (sh *shard) ticks(stop <-chan struct{}, done chan<- struct{}) {
 }
 
 func (sh *shard) runBatch(b *batch) {
+	sh.by = b.by
 	sh.warm(b.ops)
 	// One clock reading serves the whole batch, which is one pipeline's
 	// commands for this shard (a reading costs a few percent of a command).
@@ -706,6 +713,7 @@ func (sh *shard) find(key []byte, h uint64, nowMs int64) int64 {
 		return -1
 	}
 	if sh.t.at(uint32(ei)).exp() < nowMs {
+		sh.changed(key, 0)
 		sh.removeHash(uint32(ei), h)
 		sh.expired.Add(1)
 		return -1
@@ -759,6 +767,7 @@ func (sh *shard) sweep(now int64) {
 		}
 		e := sh.t.at(sh.sweepPos)
 		if !e.isFree() && e.exp() < nowMs {
+			sh.changed(sh.t.keyOf(e), 0)
 			sh.remove(sh.sweepPos)
 			sh.expired.Add(1)
 		}
@@ -772,6 +781,7 @@ func (sh *shard) dropSlotsMem(ranges [][2]int) int {
 	n := 0
 	for i := uint32(0); i < sh.t.nent; i++ {
 		if e := sh.t.at(i); !e.isFree() && inRanges(cluster.KeySlot(sh.t.keyOf(e)), ranges) {
+			sh.changed(sh.t.keyOf(e), 0)
 			sh.drop(i, false) // the caller's record covers the disk
 			n++
 		}

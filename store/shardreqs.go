@@ -18,6 +18,9 @@ type FlushReq struct {
 }
 
 func (r *FlushReq) run(sh *shard, _ int64) {
+	if len(sh.interest) != 0 {
+		sh.flushed(sh.by)
+	}
 	sh.t.reset()
 	sh.expires = 0
 	sh.clearDirty()

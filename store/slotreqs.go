@@ -144,5 +144,6 @@ func (r *ImportReq) run(sh *shard, now int64) {
 	}
 	sh.setState(uint32(ei), state, exp)
 	sh.markDirty(uint32(ei))
+	sh.changed(r.Key, sh.by)
 	r.Applied = true
 }

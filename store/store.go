@@ -371,17 +371,24 @@ func (s *Store) Stats() Stats {
 // of them. A Session is used by one goroutine at a time and is reusable;
 // it allocates nothing once warm.
 type Session struct {
+	// ID identifies the session to key listeners (KeyListener's by): its
+	// owner sets it (commands: the client's ID). 0 is the store's own.
+	ID      uint64
 	st      *Store
 	pending [][]*envelope
 	touched []int
 	batches []batch
 	wg      sync.WaitGroup
 	held    []*envelope // AddHeld's requests, not run yet
-	hold    *hold       // reused by runHeld; nil until the first
+	hold    *hold       // reused by runHeld and Hold; nil until the first
+	inline  *inline     // non-nil between Hold and Release
+	// keptInline is the last Hold's state, for the next.
+	keptInline *inline
 }
 
 type batch struct {
 	ops  []*envelope // the requests, in their envelopes
+	by   uint64      // the sending session's ID
 	wg   *sync.WaitGroup
 	ctl  uint8 // 0: a request batch; else a control batch (see shard.loop)
 	hold *hold // a ctlHold batch's
@@ -412,6 +419,10 @@ func (ss *Session) AddTo(shard int, r Request) {
 
 func (ss *Session) queue(shard int, op *envelope) {
 	op.status = nil
+	if ss.inline != nil {
+		ss.runInline(shard, op)
+		return
+	}
 	if len(ss.held) > 0 {
 		ss.runHeld() // they were added first, so they run first
 	}
@@ -452,6 +463,7 @@ func (ss *Session) runBatches() {
 		b := &ss.batches[i]
 		b.ops = ss.pending[i]
 		b.wg = &ss.wg
+		b.by = ss.ID
 		st.shards[i].in <- b
 	}
 	ss.wg.Wait()

@@ -1,0 +1,101 @@
+package store
+
+// Key change notification: WATCH (a transaction aborts if a watched key
+// changed) and CLIENT TRACKING (a client is told to drop what it cached)
+// both need to learn that a key changed, from the goroutine that changed
+// it. Each shard keeps, for the keys someone registered for, the listeners
+// to tell; a store with none pays one length check at each write site.
+
+// KeyListener learns that a key it registered for changed: written (an allowed CL.THROTTLE,
+// a charged CL.LIMIT, an import), deleted (DEL, CL.RESET, a slot dropped), expired (sweep or
+// lazy), or flushed. Called on the goroutine that owns (or holds) the key's shard; it must not
+// block or call the store. `by` is the ID of the Session whose request changed it (0: expiry,
+// flush of a key by the server itself, internal). A registration fires once and is removed.
+// key is valid only during the call.
+type KeyListener interface{ KeyChanged(key []byte, by uint64) }
+
+// InterestReq is a keyed request registering Listener's interest in Key on the key's shard
+// (Remove: withdraw it). Queue it with Session.Add like any keyed request.
+//
+// Registering first drops Key if it has expired (a key that expired before
+// the registration did not change after it). A listener registered twice
+// for a key is registered once; withdrawing one that is not registered
+// (it fired already) does nothing. Registrations live until they fire or
+// are withdrawn: the caller bounds how many it makes.
+type InterestReq struct {
+	envelope
+	Key      []byte
+	Listener KeyListener
+	Remove   bool
+}
+
+func (r *InterestReq) route() *envelope { return r.addressed(r, r.Key) }
+
+func (r *InterestReq) run(sh *shard, now int64) {
+	if r.Remove {
+		sh.withdraw(r.Key, r.Listener)
+		return
+	}
+	sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now))
+	ls := sh.interest[string(r.Key)]
+	for _, l := range ls {
+		if l == r.Listener {
+			return
+		}
+	}
+	if sh.interest == nil {
+		sh.interest = map[string][]KeyListener{}
+	}
+	sh.interest[string(r.Key)] = append(ls, r.Listener)
+}
+
+// withdraw removes l's registration for key, if any.
+func (sh *shard) withdraw(key []byte, l KeyListener) {
+	ls, ok := sh.interest[string(key)]
+	if !ok {
+		return
+	}
+	for i, x := range ls {
+		if x == l {
+			ls = append(ls[:i], ls[i+1:]...)
+			break
+		}
+	}
+	if len(ls) == 0 {
+		delete(sh.interest, string(key))
+		return
+	}
+	sh.interest[string(key)] = ls
+}
+
+// changed tells key's listeners that it changed, by session by (0: the
+// store itself). Every write site calls it; it costs a length check when
+// the shard has no registration.
+func (sh *shard) changed(key []byte, by uint64) {
+	if len(sh.interest) != 0 {
+		sh.fire(key, by)
+	}
+}
+
+func (sh *shard) fire(key []byte, by uint64) {
+	ls, ok := sh.interest[string(key)]
+	if !ok {
+		return
+	}
+	delete(sh.interest, string(key))
+	for _, l := range ls {
+		l.KeyChanged(key, by)
+	}
+}
+
+// flushed tells the listeners of every key the shard holds, live or
+// expired but not yet removed, that a flush by session by removed it
+// (Redis 7: FLUSHALL touches the watched keys that existed). Call it
+// before the table is emptied.
+func (sh *shard) flushed(by uint64) {
+	for k := range sh.interest {
+		if sh.t.findHash([]byte(k), sh.t.hash([]byte(k))) >= 0 {
+			sh.fire([]byte(k), by)
+		}
+	}
+}
