@@ -452,3 +452,23 @@ func TestTxFsyncAlwaysKill9(t *testing.T) {
 		assert.Equal(t, int64(10), r[2], "%s charged once (11: lost), after kill -9", k)
 	}
 }
+
+// A client that sends MULTI, commands and EXEC in one write (redis-py's
+// pipeline()) must not have the commands run when MULTI itself is refused:
+// here before AUTH, where each of them is refused too.
+func TestTxRefusedMultiRunsNothing(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory", "--requirepass", "pw")
+	c := s.Raw(t)
+	var b []byte
+	b = append(b, encodeCommand("MULTI")...)
+	b = append(b, encodeCommand("CL.THROTTLE", "na", "15", "30", "60")...)
+	b = append(b, encodeCommand("EXEC")...)
+	c.Send(b)
+	for range 3 {
+		assert.Equal(t, "-NOAUTH Authentication required.\r\n", string(c.ReadReply()))
+	}
+	assert.Equal(t, "+OK\r\n", string(c.DoArgs("AUTH", "pw")))
+	assert.Equal(t, ":0\r\n", string(c.DoArgs("EXISTS", "na")))
+	assert.Equal(t, "-ERR EXEC without MULTI\r\n", string(c.DoArgs("EXEC")))
+}
