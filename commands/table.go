@@ -166,5 +166,9 @@ func newTable() Table {
 	registerConnection(t)
 	registerServer(t)
 	registerCluster(t)
+	registerSlowlog(t)
+	registerLatency(t)
+	registerMemory(t)
+	registerClientCtl(t)
 	return t
 }

@@ -1,0 +1,339 @@
+package commands
+
+import (
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// histBuckets is how many latency buckets each command has: bucket k
+// counts calls of at most 1024<<k ns (about 2^k µs), the last one every
+// longer call too, as Redis's per-command histograms (1 µs to 1 s,
+// doubling).
+const histBuckets = 21
+
+// cmdHist is one command's latency histogram. Every connection adds to the
+// same counters: one atomic add per command run.
+type cmdHist struct{ b [histBuckets]atomic.Int64 }
+
+func (h *cmdHist) add(ns int64) {
+	k := 0
+	if ns > 1024 {
+		k = min(bits.Len64(uint64(ns-1)>>10), histBuckets-1)
+	}
+	h.b[k].Add(1)
+}
+
+// latencyMonitor is Redis's latency monitor: per event ("command" for a
+// slow command, "fast-command" for a slow command flagged fast), the
+// samples of at least threshold ms, one per second (the largest), the
+// latest latencyHistoryLen of them. Off while threshold is 0.
+type latencyMonitor struct {
+	threshold atomic.Int64 // ms
+	mu        sync.Mutex
+	events    map[string]*latencyEvent
+}
+
+// latencyHistoryLen is Redis's LATENCY_TS_LEN.
+const latencyHistoryLen = 160
+
+type latencySample struct{ unix, ms int64 }
+
+type latencyEvent struct {
+	samples []latencySample // oldest first
+	max     int64
+}
+
+// record notes a command that took ns, if the monitor is on and it took
+// at least the threshold.
+func (m *latencyMonitor) record(fast bool, ns int64) {
+	t := m.threshold.Load()
+	ms := ns / 1e6
+	if t <= 0 || ms < t {
+		return
+	}
+	name := "command"
+	if fast {
+		name = "fast-command"
+	}
+	now := time.Now().Unix()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.events == nil {
+		m.events = map[string]*latencyEvent{}
+	}
+	ev := m.events[name]
+	if ev == nil {
+		ev = &latencyEvent{}
+		m.events[name] = ev
+	}
+	ev.max = max(ev.max, ms)
+	if n := len(ev.samples); n > 0 && ev.samples[n-1].unix == now {
+		ev.samples[n-1].ms = max(ev.samples[n-1].ms, ms)
+		return
+	}
+	if len(ev.samples) == latencyHistoryLen {
+		ev.samples = append(ev.samples[:0], ev.samples[1:]...)
+	}
+	ev.samples = append(ev.samples, latencySample{now, ms})
+}
+
+// recordCommand records one run of cmd that took ns in its histogram, the
+// latency monitor and (usec) the slow log.
+func (s *Server) recordCommand(c *Client, cmd *Command, args [][]byte, ns int64) {
+	if cmd.id < len(s.hists) { // a command added after New (tests) has none
+		s.hists[cmd.id].add(ns)
+	}
+	if s.slowlog.slow(ns / 1e3) {
+		s.slowlog.record(c, args, ns/1e3)
+	}
+	if s.latency.threshold.Load() > 0 {
+		s.latency.record(hasFlag(cmd.Flags, "fast"), ns)
+	}
+}
+
+var latencyTips = []string{"nondeterministic_output", "request_policy:all_nodes", "response_policy:special"}
+
+func registerLatency(t Table) {
+	flags := []string{"admin", "noscript", "loading", "stale"}
+	t.add(&Command{Name: "latency", Arity: -2, Group: "server", Summary: "A container for latency diagnostics commands.", Since: "2.8.13",
+		Subcommands: []*Command{
+			{Name: "latency|latest", Arity: 2, Flags: flags, Run: latencyLatest, Tips: latencyTips,
+				Summary: "Returns the latest latency samples for all events.", Since: "2.8.13"},
+			{Name: "latency|history", Arity: 3, Flags: flags, Run: latencyHistory, Tips: latencyTips,
+				Summary: "Returns timestamp-latency samples for an event.", Since: "2.8.13"},
+			{Name: "latency|reset", Arity: -2, Flags: flags, Run: latencyReset,
+				Tips:    []string{"request_policy:all_nodes", "response_policy:all_succeeded"},
+				Summary: "Resets the latency data for one or more events.", Since: "2.8.13"},
+			{Name: "latency|doctor", Arity: 2, Flags: flags, Run: latencyDoctor, Tips: latencyTips,
+				Summary: "Returns a human-readable latency analysis report.", Since: "2.8.13"},
+			{Name: "latency|histogram", Arity: -2, Flags: flags, Run: latencyHistogram, Tips: latencyTips,
+				Summary: "Returns the cumulative distribution of latencies of a subset or all commands.", Since: "7.0.0"},
+			{Name: "latency|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: latencyHelp,
+				Summary: "Returns helpful text about the different subcommands.", Since: "2.8.13"},
+		}})
+}
+
+// LATENCY LATEST: per event, its name, the latest sample's time and
+// latency, and the largest latency seen.
+func latencyLatest(c *Client, w *Out, _ [][]byte) {
+	m := &c.srv.latency
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(m.events))
+	for n := range m.events {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	w.WriteArray(len(names))
+	for _, n := range names {
+		ev := m.events[n]
+		last := ev.samples[len(ev.samples)-1]
+		w.WriteArray(4)
+		w.WriteBulkString(n)
+		w.WriteInt(last.unix)
+		w.WriteInt(last.ms)
+		w.WriteInt(ev.max)
+	}
+}
+
+// LATENCY HISTORY event
+func latencyHistory(c *Client, w *Out, args [][]byte) {
+	m := &c.srv.latency
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ev := m.events[string(args[2])]
+	if ev == nil {
+		w.WriteArray(0)
+		return
+	}
+	w.WriteArray(len(ev.samples))
+	for _, s := range ev.samples {
+		w.WriteArray(2)
+		w.WriteInt(s.unix)
+		w.WriteInt(s.ms)
+	}
+}
+
+// LATENCY RESET [event ...]: how many events it dropped.
+func latencyReset(c *Client, w *Out, args [][]byte) {
+	m := &c.srv.latency
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	if len(args) == 2 {
+		n = len(m.events)
+		m.events = nil
+	} else {
+		for _, a := range args[2:] {
+			if _, ok := m.events[string(a)]; ok {
+				delete(m.events, string(a))
+				n++
+			}
+		}
+	}
+	w.WriteInt(int64(n))
+}
+
+// LATENCY DOCTOR: Redis's report, with its per-event lines and its advice
+// on slow commands (Redis's further advice on the kernel, fork and AOF has
+// no counterpart here).
+func latencyDoctor(c *Client, w *Out, _ [][]byte) {
+	s := c.srv
+	if s.latency.threshold.Load() <= 0 {
+		w.WriteVerbatim("I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Redis instance. You may use \"CONFIG SET latency-monitor-threshold <milliseconds>.\" in order to enable it. If we weren't in a deep space mission I'd suggest to take a look at https://redis.io/topics/latency-monitor.\n")
+		return
+	}
+	m := &s.latency
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.events) == 0 {
+		w.WriteVerbatim("Dave, no latency spike was observed during the lifetime of this Redis instance, not in the slightest bit. I honestly think you ought to sit down calmly, take a stress pill, and think things over.\n")
+		return
+	}
+	names := make([]string, 0, len(m.events))
+	for n := range m.events {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("Dave, I have observed latency spikes in this Redis instance. You don't mind talking about it, do you Dave?\n\n")
+	now := time.Now().Unix()
+	for i, n := range names {
+		ev := m.events[n]
+		var sum int64
+		for _, x := range ev.samples {
+			sum += x.ms
+		}
+		k := int64(len(ev.samples))
+		avg := sum / k
+		var dev int64
+		for _, x := range ev.samples {
+			dev += max(x.ms-avg, avg-x.ms)
+		}
+		period := now - ev.samples[0].unix
+		fmt.Fprintf(&b, "%d. %s: %d latency spikes (average %dms, mean deviation %dms, period %.2f sec). Worst all time event %dms.\n",
+			i+1, n, k, avg, dev/k, float64(period)/float64(k), ev.max)
+	}
+	b.WriteString("\nI have a few advices for you:\n\n")
+	if s.slowlog.slowerThan.Load() < 0 {
+		b.WriteString("- The system slow log is disabled: enable it with --slowlog-log-slower-than or CONFIG SET slowlog-log-slower-than, in order to see which commands are slow.\n")
+	} else {
+		b.WriteString("- Check your Slow Log to understand what are the commands you are running which are too slow to execute. Please check https://redis.io/commands/slowlog for more information.\n")
+	}
+	w.WriteVerbatim(b.String())
+}
+
+// LATENCY HISTOGRAM [command ...]: per command that ran, its calls and
+// cumulative counts by bucket (only the buckets where the count grows),
+// as Redis 7.
+func latencyHistogram(c *Client, w *Out, args [][]byte) {
+	s := c.srv
+	var list []*Command
+	add := func(cmd *Command) {
+		for _, x := range append([]*Command{cmd}, cmd.Subcommands...) {
+			if s.histCalls(x) > 0 {
+				list = append(list, x)
+			}
+		}
+	}
+	if len(args) == 2 {
+		for _, n := range s.commandNames() {
+			add(s.table[n])
+		}
+	} else {
+		seen := map[*Command]bool{}
+		for _, a := range args[2:] {
+			if cmd := s.lookupFull(a); cmd != nil && !seen[cmd] {
+				seen[cmd] = true
+				add(cmd)
+			}
+		}
+	}
+	w.WriteMap(len(list))
+	for _, cmd := range list {
+		h := &s.hists[cmd.id]
+		var counts [histBuckets]int64
+		var total int64
+		for k := range counts {
+			counts[k] = h.b[k].Load()
+			total += counts[k]
+		}
+		w.WriteBulkString(cmd.Name)
+		w.WriteMap(2)
+		w.WriteBulkString("calls")
+		w.WriteInt(total)
+		w.WriteBulkString("histogram_usec")
+		n := 0
+		for _, v := range counts {
+			if v > 0 {
+				n++
+			}
+		}
+		w.WriteMap(n)
+		var cum int64
+		for k, v := range counts {
+			if v == 0 {
+				continue
+			}
+			cum += v
+			w.WriteInt(int64(1024<<k) / 1000)
+			w.WriteInt(cum)
+		}
+	}
+}
+
+// histCalls is how many runs cmd's histogram counted.
+func (s *Server) histCalls(cmd *Command) int64 {
+	if cmd.id >= len(s.hists) {
+		return 0
+	}
+	var n int64
+	for k := range s.hists[cmd.id].b {
+		n += s.hists[cmd.id].b[k].Load()
+	}
+	return n
+}
+
+// LATENCY HELP
+func latencyHelp(_ *Client, w *Out, _ [][]byte) {
+	writeHelp(w, []string{
+		"LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"DOCTOR",
+		"    Return a human readable latency analysis report.",
+		"HISTORY <event>",
+		"    Return time-latency samples for the <event> class.",
+		"LATEST",
+		"    Return the latest latency samples for all events.",
+		"RESET [<event> ...]",
+		"    Reset latency data of one or more <event> classes.",
+		"    (default: reset all data for all event classes)",
+		"HISTOGRAM [COMMAND ...]",
+		"    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+		"    If no commands are specified then all histograms are replied.",
+		"HELP",
+		"    Prints this help.",
+	})
+}
+
+// initDiagnostics applies the slow log's and the latency monitor's
+// settings from the config, defaults filled in.
+func (s *Server) initDiagnostics() {
+	s.slowlog.slowerThan.Store(DefaultSlowlogSlowerThan)
+	if p := s.cfg.SlowlogLogSlowerThan; p != nil {
+		s.slowlog.slowerThan.Store(*p)
+	}
+	s.slowlog.maxLen.Store(DefaultSlowlogMaxLen)
+	if p := s.cfg.SlowlogMaxLen; p != nil {
+		s.slowlog.maxLen.Store(max(*p, 0))
+	}
+	s.latency.threshold.Store(max(s.cfg.LatencyMonitorThreshold, 0))
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s.startMem = int64(ms.HeapAlloc)
+}
