@@ -337,3 +337,38 @@ func (s *Server) initDiagnostics() {
 	runtime.ReadMemStats(&ms)
 	s.startMem = int64(ms.HeapAlloc)
 }
+
+// writeLatencyStats writes INFO latencystats: per command that ran, its
+// p50, p99 and p99.9 latencies in µs, from its histogram (each the upper
+// bound of the bucket it falls in, so to a factor of two; Redis's finer
+// histograms give finer figures).
+func (s *Server) writeLatencyStats(b *strings.Builder) {
+	for _, n := range s.commandNames() {
+		cmd := s.table[n]
+		for _, x := range append([]*Command{cmd}, cmd.Subcommands...) {
+			if x.id >= len(s.hists) {
+				continue
+			}
+			var counts [histBuckets]int64
+			var total int64
+			for k := range counts {
+				counts[k] = s.hists[x.id].b[k].Load()
+				total += counts[k]
+			}
+			if total == 0 {
+				continue
+			}
+			pct := func(p float64) float64 {
+				want := int64(p*float64(total)/100 + 0.999999)
+				var cum int64
+				for k, v := range counts {
+					if cum += v; cum >= want {
+						return float64(int64(1024)<<k) / 1000
+					}
+				}
+				return float64(int64(1024)<<(histBuckets-1)) / 1000
+			}
+			fmt.Fprintf(b, "latency_percentiles_usec_%s:p50=%.3f,p99=%.3f,p99.9=%.3f\r\n", x.Name, pct(50), pct(99), pct(99.9))
+		}
+	}
+}

@@ -603,12 +603,13 @@ func infoCmd(c *Client, w *Out, args [][]byte) {
 				want[s] = true
 			}
 			want["commandstats"] = true
+			want["latencystats"] = true
 		default:
 			want[sec] = true
 		}
 	}
 	var b strings.Builder
-	for _, sec := range []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "commandstats", "errorstats", "cluster", "keyspace"} {
+	for _, sec := range []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "commandstats", "errorstats", "latencystats", "cluster", "keyspace"} {
 		if !want[sec] {
 			continue
 		}
@@ -756,6 +757,9 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 			v, _ := s.errorCounts.Load(code)
 			fmt.Fprintf(b, "errorstat_%s:count=%d\r\n", code, v.(interface{ Load() int64 }).Load())
 		}
+	case "latencystats":
+		b.WriteString("# Latencystats\r\n")
+		s.writeLatencyStats(b)
 	case "cluster":
 		b.WriteString("# Cluster\r\n")
 		if s.clusterOn() {

@@ -284,3 +284,26 @@ func TestToolsCommandInfo(t *testing.T) {
 	docs := h.cmd("COMMAND", "DOCS", "slowlog", "latency", "reset", "role", "wait", "lastsave", "object")
 	assert.True(t, strings.HasPrefix(docs, "*14\r\n$7\r\nslowlog\r\n"), docs)
 }
+
+func TestInfoLatencystats(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.cmd("PING")
+	h.cmd("CLIENT", "ID")
+	for _, sec := range []string{"latencystats", "all", "everything"} {
+		got := h.cmd("INFO", sec)
+		assert.Contains(t, got, "# Latencystats\r\n", sec)
+		assert.Regexp(t, `latency_percentiles_usec_ping:p50=\d+\.\d{3},p99=\d+\.\d{3},p99\.9=\d+\.\d{3}\r\n`, got, sec)
+		assert.Contains(t, got, "latency_percentiles_usec_client|id:p50=", sec)
+	}
+	assert.NotContains(t, h.cmd("INFO"), "Latencystats")
+	hist := &h.srv.hists[h.srv.table["ping"].id]
+	for k := range hist.b {
+		hist.b[k].Store(0)
+	}
+	for i := 0; i < 98; i++ {
+		hist.add(500)
+	}
+	hist.add(3000)
+	hist.add(1 << 40)
+	assert.Contains(t, h.cmd("INFO", "latencystats"), "latency_percentiles_usec_ping:p50=1.024,p99=4.096,p99.9=1073741.824\r\n")
+}
