@@ -202,10 +202,16 @@ func (s *Server) peakMem(total int64) int64 {
 	}
 }
 
-// MEMORY DOCTOR: Redis's report for an instance its detector cannot
-// judge; cellserver has none of the problems it looks for (fork, big
-// clients' buffers, fragmentation of jemalloc).
-func memoryDoctor(_ *Client, w *Out, _ [][]byte) {
+// MEMORY DOCTOR: Redis's reports for an instance under 5 MB (too small to
+// judge) and for one with no issue; cellserver has none of the problems
+// Redis looks for (fork, big client buffers, allocator fragmentation).
+func memoryDoctor(c *Client, w *Out, _ [][]byte) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if int64(ms.HeapAlloc)+c.srv.st.Stats().TableBytes < 5<<20 {
+		w.WriteVerbatim("Hi Sam, this instance is empty or is using very little memory, my issues detector can't be used in these conditions. Please, leave for your mission on Earth and fill it with some data. The new Sam and I will be back to our programming as soon as I finished rebooting.")
+		return
+	}
 	w.WriteVerbatim("Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.")
 }
 
