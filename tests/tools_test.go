@@ -82,6 +82,17 @@ func TestToolsDifferential(t *testing.T) {
 			t.Errorf("CLIENT REPLY pipeline reply %d: %v", i, err)
 		}
 	}
+	// Every command logged with slowlog-log-slower-than 0, a SLOWLOG
+	// command after its own reply.
+	runR3Cases(t, rc, cc, []r3Case{
+		{r3Args("CONFIG", "SET", "slowlog-log-slower-than", "0"), r3Exact},
+		{r3Args("SLOWLOG", "RESET"), r3Exact},
+		{r3Args("PING"), r3Exact},
+		{r3Args("SLOWLOG", "LEN"), r3Exact},
+		{r3Args("SLOWLOG", "GET", "2"), r3Shape},
+		{r3Args("SLOWLOG", "LEN"), r3Exact},
+		{r3Args("CONFIG", "SET", "slowlog-log-slower-than", "10000"), r3Exact},
+	})
 	// RESET goes back to RESP2.
 	runR3Cases(t, rc, cc, []r3Case{
 		{r3Args("CLIENT", "SETNAME", "x"), r3Exact},
@@ -234,4 +245,45 @@ func TestToolsSlowlog(t *testing.T) {
 	d := hist[1].([]any)
 	assert.Equal(t, []any{"calls", int64(1), "histogram_usec"}, d[:3])
 	assert.Len(t, d[3], 2)
+}
+
+// TestToolsExporterScrape sends what redis_exporter sends on a scrape
+// (RESP2, redigo) and checks each reply parses as it parses it.
+func TestToolsExporterScrape(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	rdb := s.Client(t, func(o *redis.Options) { o.Protocol = 2 })
+	ctx := ctxT(t, 30*time.Second)
+	require.NoError(t, rdb.Do(ctx, "CL.THROTTLE", "k", 9999, 1, 3600).Err())
+	cfg := rdb.Do(ctx, "CONFIG", "GET", "*").Val().([]any)
+	require.Zero(t, len(cfg)%2)
+	m := map[string]any{}
+	for i := 0; i < len(cfg); i += 2 {
+		m[cfg[i].(string)] = cfg[i+1]
+	}
+	assert.Equal(t, "1", m["databases"])
+	assert.Contains(t, m, "slowlog-max-len")
+	info := rdb.Do(ctx, "INFO", "ALL").Val().(string)
+	assert.Regexp(t, `(?m)^cmdstat_cl\.throttle:calls=1,usec=\d+,`, info)
+	assert.Regexp(t, `(?m)^latency_percentiles_usec_cl\.throttle:p50=`, info)
+	assert.Regexp(t, `(?m)^run_id:[0-9a-f]{40}\r$`, info)
+	assert.Equal(t, []any{}, rdb.Do(ctx, "LATENCY", "LATEST").Val())
+	hist := rdb.Do(ctx, "LATENCY", "HISTOGRAM").Val().([]any)
+	require.Zero(t, len(hist)%2)
+	for i := 0; i < len(hist); i += 2 {
+		d := hist[i+1].([]any)
+		require.Len(t, d, 4, "%v", hist[i])
+		assert.Equal(t, "calls", d[0])
+		assert.Equal(t, "histogram_usec", d[2])
+		buckets := d[3].([]any)
+		require.Zero(t, len(buckets)%2)
+		assert.Equal(t, d[1], buckets[len(buckets)-1], "the last bucket counts every call")
+	}
+	assert.Equal(t, int64(0), rdb.Do(ctx, "SLOWLOG", "LEN").Val())
+	assert.Equal(t, []any{}, rdb.Do(ctx, "SLOWLOG", "GET", "1").Val())
+	// check-keys: TYPE, then STRLEN for a string, MEMORY USAGE.
+	assert.Equal(t, "string", rdb.Type(ctx, "k").Val())
+	assert.Equal(t, int64(19), rdb.StrLen(ctx, "k").Val())
+	assert.Equal(t, int64(40), rdb.MemoryUsage(ctx, "k").Val())
+	assert.Contains(t, rdb.ClientList(ctx).Val(), " fd=")
 }
