@@ -21,12 +21,15 @@ const histBuckets = 21
 // same counters: one atomic add per command run.
 type cmdHist struct{ b [histBuckets]atomic.Int64 }
 
-func (h *cmdHist) add(ns int64) {
+func (h *cmdHist) add(ns int64) { h.addN(ns, 1) }
+
+// addN counts n calls of ns each.
+func (h *cmdHist) addN(ns, n int64) {
 	k := 0
 	if ns > 1024 {
 		k = min(bits.Len64(uint64(ns-1)>>10), histBuckets-1)
 	}
-	h.b[k].Add(1)
+	h.b[k].Add(n)
 }
 
 // latencyMonitor is Redis's latency monitor: per event ("command" for a
@@ -95,6 +98,47 @@ func (s *Server) recordCommand(c *Client, cmd *Command, args [][]byte, ns int64)
 	if s.latency.threshold.Load() > 0 {
 		s.latency.record(hasFlag(cmd.Flags, "fast"), ns)
 	}
+}
+
+// batchRecorder records the commands of one batch of store requests
+// (Server.finish), which are each timed at the batch's mean: consecutive
+// runs of one command take one histogram add, so a pipeline of N
+// CL.THROTTLEs costs one atomic add, not N; the slow log and latency
+// monitor are checked once for the batch.
+type batchRecorder struct {
+	s         *Server
+	c         *Client
+	ns        int64
+	slow, lat bool
+	cmd       *Command
+	n         int64
+}
+
+func (s *Server) batch(c *Client, ns int64) batchRecorder {
+	return batchRecorder{s: s, c: c, ns: ns, slow: s.slowlog.slow(ns / 1e3), lat: s.latency.threshold.Load() > 0}
+}
+
+// add records one run of cmd with args.
+func (b *batchRecorder) add(cmd *Command, args [][]byte) {
+	if cmd != b.cmd {
+		b.flush()
+		b.cmd = cmd
+	}
+	b.n++
+	if b.slow {
+		b.s.slowlog.record(b.c, args, b.ns/1e3)
+	}
+	if b.lat {
+		b.s.latency.record(hasFlag(cmd.Flags, "fast"), b.ns)
+	}
+}
+
+// flush adds the pending run to its command's histogram.
+func (b *batchRecorder) flush() {
+	if b.n > 0 && b.cmd.id < len(b.s.hists) {
+		b.s.hists[b.cmd.id].addN(b.ns, b.n)
+	}
+	b.n = 0
 }
 
 var latencyTips = []string{"nondeterministic_output", "request_policy:all_nodes", "response_policy:special"}

@@ -733,14 +733,16 @@ func (s *Server) finish(c *Client, out *Out) {
 		perNs = time.Since(start).Nanoseconds() / n
 		per = perNs / 1e3
 	}
+	rec := s.batch(c, perNs)
 	for i := range c.slots {
 		sl := &c.slots[i]
 		mark := out.Len()
-		s.finishSlot(c, out, sl, per, perNs)
+		s.finishSlot(c, out, sl, per, &rec)
 		if sl.quiet {
 			out.Truncate(mark)
 		}
 	}
+	rec.flush()
 	if cap(c.slots) > maxKeptOps {
 		c.slots = nil
 	} else {
@@ -750,14 +752,14 @@ func (s *Server) finish(c *Client, out *Out) {
 }
 
 // finishSlot writes one pending slot's reply.
-func (s *Server) finishSlot(c *Client, out *Out, sl *slot, per, perNs int64) {
+func (s *Server) finishSlot(c *Client, out *Out, sl *slot, per int64, rec *batchRecorder) {
 	if sl.err != "" {
 		s.countError(sl.err)
 		out.WriteError(sl.err)
 		return
 	}
 	if sl.call != nil {
-		s.recordCommand(c, sl.cmd, sl.args, perNs)
+		rec.add(sl.cmd, sl.args)
 		s.answer(c, out, sl, per)
 		return
 	}
@@ -769,7 +771,7 @@ func (s *Server) finishSlot(c *Client, out *Out, sl *slot, per, perNs int64) {
 		return
 	}
 	c.stat(sl.cmd).usec.Add(per)
-	s.recordCommand(c, sl.cmd, sl.args, perNs)
+	rec.add(sl.cmd, sl.args)
 	mark := out.Len()
 	func() {
 		defer func() {
