@@ -144,7 +144,11 @@ func (c *Client) SetOffLoop(v bool) { c.offLoop = v }
 func (c *Client) SetKill(f func()) {
 	c.mu.Lock()
 	c.kill = f
+	pending := c.killPending
 	c.mu.Unlock()
+	if pending && f != nil {
+		f() // killed between NewClient and SetKill
+	}
 }
 
 // CLIENT PAUSE timeout [WRITE|ALL]
@@ -258,7 +262,7 @@ func clientReply(c *Client, w *Out, args [][]byte) {
 }
 
 // flags is the client's flags field in CLIENT LIST, Redis 7.2's letters
-// in its order.
+// in its order (MULTI's x and tracking's t come before e).
 func (c *Client) flags() string {
 	var b []byte
 	if c.noEvict.Load() {
@@ -391,6 +395,7 @@ func (s *Server) killClients(c *Client, f *killFilter) int {
 		}
 		cl.mu.Lock()
 		kill := cl.kill
+		cl.killPending = kill == nil
 		cl.mu.Unlock()
 		if kill != nil {
 			kill()

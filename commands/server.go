@@ -290,6 +290,7 @@ type Client struct {
 	replyOff          bool // CLIENT REPLY OFF
 	skipCur, skipNext bool // CLIENT REPLY SKIP: this command's reply, the next one's
 	kill              func()
+	killPending       bool // CLIENT KILL came before SetKill
 	noEvict, noTouch  atomic.Bool
 }
 
