@@ -380,6 +380,7 @@ func (s *Server) initDiagnostics() {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	s.startMem = int64(ms.HeapAlloc)
+	s.memPeak.Store(s.startMem)
 }
 
 // writeLatencyStats writes INFO latencystats: per command that ran, its

@@ -307,3 +307,19 @@ func TestInfoLatencystats(t *testing.T) {
 	hist.add(1 << 40)
 	assert.Contains(t, h.cmd("INFO", "latencystats"), "latency_percentiles_usec_ping:p50=1.024,p99=4.096,p99.9=1073741.824\r\n")
 }
+
+func TestMemoryStats(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.cmd("CL.THROTTLE", "a", "15", "30", "60")
+	h.cmd("CL.THROTTLE", "b", "15", "30", "60")
+	got := h.cmd("MEMORY", "STATS")
+	assert.True(t, strings.HasPrefix(got, "*28\r\n$14\r\npeak.allocated\r\n:"), got)
+	assert.Contains(t, got, "$10\r\nkeys.count\r\n:2\r\n")
+	assert.Contains(t, got, "$4\r\ndb.0\r\n*4\r\n$23\r\noverhead.hashtable.main\r\n:")
+	h.cmd("HELLO", "3")
+	got = h.cmd("MEMORY", "STATS")
+	assert.True(t, strings.HasPrefix(got, "%14\r\n"), got)
+	assert.Regexp(t, `\$18\r\ndataset\.percentage\r\n,[0-9.e+-]+\r\n`, got)
+	assert.Contains(t, h.cmd("MEMORY", "DOCTOR"), "Hi Sam")
+	assert.Equal(t, "+OK\r\n", h.cmd("MEMORY", "PURGE"))
+}
