@@ -93,7 +93,7 @@ func (s *Server) recordCommand(c *Client, cmd *Command, args [][]byte, ns int64)
 		s.hists[cmd.id].add(ns)
 	}
 	if s.slowlog.slow(ns / 1e3) {
-		s.slowlog.record(c, args, ns/1e3)
+		s.slowlog.record(c, cmd, args, ns/1e3)
 	}
 	if s.latency.threshold.Load() > 0 {
 		s.latency.record(hasFlag(cmd.Flags, "fast"), ns)
@@ -126,7 +126,7 @@ func (b *batchRecorder) add(cmd *Command, args [][]byte) {
 	}
 	b.n++
 	if b.slow {
-		b.s.slowlog.record(b.c, args, b.ns/1e3)
+		b.s.slowlog.record(b.c, cmd, args, b.ns/1e3)
 	}
 	if b.lat {
 		b.s.latency.record(hasFlag(cmd.Flags, "fast"), b.ns)

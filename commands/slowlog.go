@@ -2,6 +2,7 @@ package commands
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,8 +49,9 @@ func (l *slowLog) slow(usec int64) bool {
 }
 
 // record logs a command that took usec µs, if it is slow. args are copied,
-// bounded as Redis bounds them.
-func (l *slowLog) record(c *Client, args [][]byte, usec int64) {
+// bounded as Redis bounds them; a password never goes in the log
+// (redacted).
+func (l *slowLog) record(c *Client, cmd *Command, args [][]byte, usec int64) {
 	if !l.slow(usec) {
 		return
 	}
@@ -57,6 +59,8 @@ func (l *slowLog) record(c *Client, args [][]byte, usec int64) {
 	kept := make([][]byte, argc)
 	for i := 0; i < argc; i++ {
 		switch a := args[i]; {
+		case redacted(cmd, args, i):
+			kept[i] = []byte("(redacted)")
 		case argc < len(args) && i == argc-1:
 			kept[i] = []byte("... (" + strconv.Itoa(len(args)-argc+1) + " more arguments)")
 		case len(a) > slowlogMaxArg:
@@ -75,6 +79,30 @@ func (l *slowLog) record(c *Client, args [][]byte, usec int64) {
 	l.nextID++
 	l.entries = append(l.entries, e)
 	l.trimLocked()
+}
+
+// redacted reports an argument Redis 7 shows as "(redacted)"
+// (redactClientCommandArgument): AUTH's, HELLO's after AUTH, and the value
+// of a sensitive parameter in CONFIG SET.
+func redacted(cmd *Command, args [][]byte, i int) bool {
+	switch cmd.Name {
+	case "auth":
+		return i >= 1
+	case "hello":
+		for j := 2; j < i && j < len(args); j++ {
+			if strings.EqualFold(string(args[j]), "auth") && i <= j+2 {
+				return true
+			}
+		}
+	case "config|set":
+		if i >= 3 && i%2 == 1 {
+			switch strings.ToLower(string(args[i-1])) {
+			case "requirepass", "masterauth":
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (l *slowLog) trimLocked() {

@@ -137,6 +137,16 @@ func TestSlowlog(t *testing.T) {
 	assert.True(t, strings.HasPrefix(got, "*7\r\n"), got)
 	assert.Contains(t, got, "$11\r\nCL.THROTTLE\r\n$1\r\nk\r\n")
 	assert.Equal(t, 8, strings.Count(h.cmd("SLOWLOG", "GET"), "127.0.0.1:5555"))
+	// No password goes in the log.
+	h.cmd("SLOWLOG", "RESET")
+	h.cmd("AUTH", "secret")
+	h.cmd("HELLO", "2", "AUTH", "default", "secret")
+	h.cmd("CONFIG", "SET", "requirepass", "secret")
+	got = h.cmd("SLOWLOG", "GET")
+	assert.NotContains(t, got, "secret")
+	assert.Contains(t, got, "$11\r\nrequirepass\r\n$10\r\n(redacted)\r\n")
+	assert.Contains(t, got, "*2\r\n$4\r\nAUTH\r\n$10\r\n(redacted)\r\n")
+	assert.Contains(t, got, "*5\r\n$5\r\nHELLO\r\n$1\r\n2\r\n$4\r\nAUTH\r\n$10\r\n(redacted)\r\n$10\r\n(redacted)\r\n")
 	// A shorter max length drops the oldest at once.
 	h.cmd("CONFIG", "SET", "slowlog-max-len", "2")
 	assert.Equal(t, ":2\r\n", h.cmd("SLOWLOG", "LEN"))
