@@ -58,12 +58,12 @@ type Config struct {
 
 	PprofAddr string // if set, serve net/http/pprof here (profiling)
 
-	ClusterMode string // no | emulated | yes
+	ClusterMode     string // no | emulated | yes
+	ClusterAnnounce string // host:port other nodes and clients reach this node at
 
 	SlowlogLogSlowerThan    int64 // µs; 0 logs every command, negative none
 	SlowlogMaxLen           int64
-	LatencyMonitorThreshold int64  // ms; 0 off
-	ClusterAnnounce         string // host:port other nodes and clients reach this node at
+	LatencyMonitorThreshold int64 // ms; 0 off
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
