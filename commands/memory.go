@@ -215,9 +215,10 @@ func memoryDoctor(c *Client, w *Out, _ [][]byte) {
 	w.WriteVerbatim("Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.")
 }
 
-// MEMORY MALLOC-STATS: Redis's answer for an allocator without stats.
+// MEMORY MALLOC-STATS: Redis's answer built without jemalloc (a bulk
+// string, where jemalloc's report is verbatim).
 func memoryMallocStats(_ *Client, w *Out, _ [][]byte) {
-	w.WriteVerbatim("Stats not supported for the current allocator")
+	w.WriteBulkString("Stats not supported for the current allocator")
 }
 
 // MEMORY PURGE: hands freed Go heap back to the OS.

@@ -332,4 +332,5 @@ func TestMemoryStats(t *testing.T) {
 	assert.Regexp(t, `\$18\r\ndataset\.percentage\r\n,[0-9.e+-]+\r\n`, got)
 	assert.Contains(t, h.cmd("MEMORY", "DOCTOR"), "Hi Sam")
 	assert.Equal(t, "+OK\r\n", h.cmd("MEMORY", "PURGE"))
+	assert.Equal(t, "$45\r\nStats not supported for the current allocator\r\n", h.cmd("MEMORY", "MALLOC-STATS"))
 }
