@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,6 +159,8 @@ func registerLatency(t Table) {
 				Summary: "Returns a human-readable latency analysis report.", Since: "2.8.13"},
 			{Name: "latency|histogram", Arity: -2, Flags: flags, Run: latencyHistogram, Tips: latencyTips,
 				Summary: "Returns the cumulative distribution of latencies of a subset or all commands.", Since: "7.0.0"},
+			{Name: "latency|graph", Arity: 3, Flags: flags, Run: latencyGraph, Tips: latencyTips,
+				Summary: "Returns a latency graph for an event.", Since: "2.8.13"},
 			{Name: "latency|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: latencyHelp,
 				Summary: "Returns helpful text about the different subcommands.", Since: "2.8.13"},
 		}})
@@ -202,6 +205,96 @@ func latencyHistory(c *Client, w *Out, args [][]byte) {
 		w.WriteInt(s.unix)
 		w.WriteInt(s.ms)
 	}
+}
+
+// LATENCY GRAPH event: Redis's ASCII sparkline of the event's samples.
+func latencyGraph(c *Client, w *Out, args [][]byte) {
+	m := &c.srv.latency
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ev := m.events[string(args[2])]
+	if ev == nil {
+		w.WriteError("ERR No samples available for event '" + cstr(args[2]) + "'")
+		return
+	}
+	w.WriteVerbatim(renderLatencyGraph(string(args[2]), ev, time.Now().Unix()))
+}
+
+// Redis's latency graph layout (latency.c, sparkline.c).
+const (
+	graphCols  = 80
+	graphRows  = 4
+	graphChars = "_o#" // Redis's fill charset
+)
+
+// renderLatencyGraph draws ev's samples as Redis's LATENCY GRAPH does at
+// Unix time now: a header, 80 dashes, then per 80 samples four rows of
+// bars and each sample's age written downwards.
+func renderLatencyGraph(name string, ev *latencyEvent, now int64) string {
+	lo, hi := ev.samples[0].ms, ev.samples[0].ms
+	labels := make([]string, len(ev.samples))
+	for i, x := range ev.samples {
+		lo, hi = min(lo, x.ms), max(hi, x.ms)
+		switch age := now - x.unix; {
+		case age < 60:
+			labels[i] = strconv.FormatInt(age, 10) + "s"
+		case age < 3600:
+			labels[i] = strconv.FormatInt(age/60, 10) + "m"
+		case age < 86400:
+			labels[i] = strconv.FormatInt(age/3600, 10) + "h"
+		default:
+			labels[i] = strconv.FormatInt(age/86400, 10) + "d"
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s - high %d ms, low %d ms (all time high %d ms)\n", name, hi, lo, ev.max)
+	b.WriteString(strings.Repeat("-", graphCols) + "\n")
+	relmax := float64(hi - lo)
+	if relmax == 0 {
+		relmax = 1
+	}
+	steps := len(graphChars) * graphRows
+	for from := 0; from < len(ev.samples); from += graphCols {
+		to := min(from+graphCols, len(ev.samples))
+		if from != 0 {
+			b.WriteByte('\n')
+		}
+		line := make([]byte, to-from)
+		for row := 0; ; row++ {
+			more := false
+			for j := range line {
+				line[j] = ' '
+			}
+			for j := from; j < to; j++ {
+				if row < graphRows {
+					more = true
+					step := int(float64(int(float64(ev.samples[j].ms-lo)*float64(steps))) / relmax)
+					step = min(max(step, 0), steps-1)
+					switch k := step - (graphRows-row-1)*len(graphChars); {
+					case k >= 0 && k < len(graphChars):
+						line[j-from] = graphChars[k]
+					case k >= len(graphChars):
+						line[j-from] = '|'
+					}
+					continue
+				}
+				if row == graphRows { // the margin above the labels
+					more = true
+					break
+				}
+				if k := row - graphRows - 1; k < len(labels[j]) {
+					more = true
+					line[j-from] = labels[j][k]
+				}
+			}
+			if !more {
+				break
+			}
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }
 
 // LATENCY RESET [event ...]: how many events it dropped.
@@ -350,6 +443,8 @@ func latencyHelp(_ *Client, w *Out, _ [][]byte) {
 		"LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 		"DOCTOR",
 		"    Return a human readable latency analysis report.",
+		"GRAPH <event>",
+		"    Return an ASCII latency graph for the <event> class.",
 		"HISTORY <event>",
 		"    Return time-latency samples for the <event> class.",
 		"LATEST",

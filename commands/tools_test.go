@@ -334,3 +334,19 @@ func TestMemoryStats(t *testing.T) {
 	assert.Equal(t, "+OK\r\n", h.cmd("MEMORY", "PURGE"))
 	assert.Equal(t, "$45\r\nStats not supported for the current allocator\r\n", h.cmd("MEMORY", "MALLOC-STATS"))
 }
+
+// TestLatencyGraph: the samples of Redis 7.0's LATENCY GRAPH command,
+// as it drew them.
+func TestLatencyGraph(t *testing.T) {
+	ev := &latencyEvent{max: 108, samples: []latencySample{{1000, 12}, {1001, 108}, {1002, 42}, {1003, 22}}}
+	assert.Equal(t, "command - high 108 ms, low 12 ms (all time high 108 ms)\n"+strings.Repeat("-", 80)+"\n"+
+		" #  \n |  \n |_ \n_||o\n    \n3210\nssss\n", renderLatencyGraph("command", ev, 1003))
+	same := &latencyEvent{max: 1, samples: []latencySample{{0, 1}, {1, 1}}}
+	assert.Equal(t, "command - high 1 ms, low 1 ms (all time high 1 ms)\n"+strings.Repeat("-", 80)+"\n"+
+		"  \n  \n  \n__\n  \n33\n77\nmm\n", renderLatencyGraph("command", same, 37*60+30))
+	h := newHarness(t, Config{})
+	assert.Equal(t, "-ERR No samples available for event 'nope'\r\n", h.cmd("LATENCY", "GRAPH", "nope"))
+	h.cmd("CONFIG", "SET", "latency-monitor-threshold", "1")
+	h.srv.latency.record(false, 5e6)
+	assert.Contains(t, h.cmd("LATENCY", "GRAPH", "command"), "command - high 5 ms, low 5 ms (all time high 5 ms)\n")
+}
