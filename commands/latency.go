@@ -353,7 +353,7 @@ func latencyDoctor(c *Client, w *Out, _ [][]byte) {
 		for _, x := range ev.samples {
 			dev += max(x.ms-avg, avg-x.ms)
 		}
-		period := now - ev.samples[0].unix
+		period := max(now-ev.samples[0].unix, 1) // Redis's: at least a second
 		fmt.Fprintf(&b, "%d. %s: %d latency spikes (average %dms, mean deviation %dms, period %.2f sec). Worst all time event %dms.\n",
 			i+1, n, k, avg, dev/k, float64(period)/float64(k), ev.max)
 	}
