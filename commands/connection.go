@@ -26,7 +26,7 @@ func registerConnection(t Table) {
 		slow(&Command{Name: "hello", Arity: -1, Flags: []string{"fast", "no-auth"}, NoAuth: true, Group: "connection",
 			Summary: "Handshakes with the Redis server.", Since: "6.0.0", Run: helloCmd}),
 		&Command{Name: "client", Arity: -2, Group: "connection", Summary: "A container for client connection commands.", Since: "2.4.0",
-			Subcommands: []*Command{
+			Subcommands: append([]*Command{
 				{Name: "client|setname", Arity: 3, Flags: []string{"fast"}, Run: clientSetName, Summary: "Sets the connection name.", Since: "2.6.9"},
 				{Name: "client|getname", Arity: 2, Flags: []string{"fast"}, Run: clientGetName, Summary: "Returns the name of the connection.", Since: "2.6.9"},
 				{Name: "client|id", Arity: 2, Flags: []string{"fast"}, Run: clientID, Summary: "Returns the unique client ID of the connection.", Since: "5.0.0"},
@@ -34,7 +34,7 @@ func registerConnection(t Table) {
 				{Name: "client|list", Arity: -2, Run: clientList, Summary: "Lists open connections.", Since: "2.4.0"},
 				{Name: "client|info", Arity: 2, Run: clientInfo, Summary: "Returns information about the connection.", Since: "6.2.0"},
 				{Name: "client|help", Arity: 2, Run: clientHelp, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
-			}},
+			}, clientCtlSubcommands()...)},
 	)
 }
 
@@ -362,12 +362,26 @@ func clientHelp(_ *Client, w *Out, _ [][]byte) {
 		"GETNAME", "    Return the name of the current connection.",
 		"ID", "    Return the ID of the current connection.",
 		"INFO", "    Return information about the current client connection.",
+		"KILL <ip:port>", "    Kill connection made from <ip:port>.",
+		"KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are:",
+		"    * ADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made from the specified address",
+		"    * LADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made to specified local address",
+		"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Kill connections by type.",
+		"    * USER <username>", "      Kill connections authenticated by <username>.",
+		"    * SKIPME (YES|NO)", "      Skip killing current connection (default: yes).",
+		"    * ID <client-id>", "      Kill connections by client id.",
+		"    * MAXAGE <maxage>", "      Kill connections older than the specified age.",
 		"LIST [options ...]", "    Return information about client connections. Options:",
 		"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Return clients of specified type.",
 		"    * ID <client-id> [<client-id> ...]", "      Return clients of specified IDs only.",
+		"UNPAUSE", "    Stop the current client pause, resuming traffic.",
+		"PAUSE <timeout> [WRITE|ALL]", "    Suspend all, or just write, clients for <timeout> milliseconds.",
+		"REPLY (ON|OFF|SKIP)", "    Control the replies sent to the current connection.",
 		"SETINFO <option> <value>", "    Set client meta attr. Options are:",
 		"    * LIB-NAME: the client lib name.", "    * LIB-VER: the client lib version.",
 		"SETNAME <name>", "    Assign the name <name> to the current connection.",
+		"NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
+		"NO-TOUCH (ON|OFF)", "    Will not touch LRU/LFU stats when this mode is on.",
 		"HELP", "    Print this help.",
 	}
 	writeHelp(w, lines)
@@ -395,6 +409,6 @@ func (c *Client) infoLine() string {
 		cmd = lc.Name
 	}
 	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s",
-		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, cmd, c.user(), c.Proto(), lib, ver)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, c.flags(), cmd, c.user(), c.Proto(), lib, ver)
 }

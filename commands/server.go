@@ -66,6 +66,16 @@ type Config struct {
 	// and written to disk, so a client must not make the server hold a
 	// huge one. Default DefaultMaxKeyBytes; negative: no limit.
 	MaxKeyBytes int
+	// SlowlogLogSlowerThan is the slow log's threshold in µs (Redis's
+	// slowlog-log-slower-than): 0 logs every command, negative none. nil:
+	// DefaultSlowlogSlowerThan.
+	SlowlogLogSlowerThan *int64
+	// SlowlogMaxLen is how many entries the slow log keeps (Redis's
+	// slowlog-max-len, at least 0). nil: DefaultSlowlogMaxLen.
+	SlowlogMaxLen *int64
+	// LatencyMonitorThreshold is the latency monitor's threshold in ms
+	// (Redis's latency-monitor-threshold); 0, the default, is off.
+	LatencyMonitorThreshold int64
 }
 
 // DefaultMaxKeyBytes is Config.MaxKeyBytes's default (64 KiB).
@@ -106,6 +116,15 @@ type Server struct {
 	topoMu sync.Mutex                       // serializes SETTOPOLOGY
 
 	sleep func(time.Duration) // the pause after a failed AUTH; tests record it instead
+
+	// The diagnostics of slowlog.go and latency.go: hists per command id.
+	slowlog slowLog
+	latency latencyMonitor
+	hists   []cmdHist
+	ctl     clientCtl // CLIENT PAUSE (clientctl.go)
+	// MEMORY STATS's peak and startup figures.
+	memPeak  atomic.Int64
+	startMem int64
 }
 
 type serverStats struct {
@@ -165,6 +184,8 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		s.table["exec"].Slow = true // it may hold writes
 	}
 	s.slowLens = s.table.slowLens()
+	s.hists = make([]cmdHist, s.table.size())
+	s.initDiagnostics()
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
@@ -265,7 +286,20 @@ type Client struct {
 	slots  []slot
 
 	tx *txState // MULTI and WATCH (tx.go); nil until first used
+
+	// clientctl.go's state. offLoop, replyOff, skipCur and skipNext are
+	// the pipeline goroutine's; kill is under mu.
+	offLoop           bool // the pipeline runs off the event loops (SetOffLoop)
+	replyOff          bool // CLIENT REPLY OFF
+	skipCur, skipNext bool // CLIENT REPLY SKIP: this command's reply, the next one's
+	kill              func()
+	killPending       bool // CLIENT KILL came before SetKill
+	noEvict, noTouch  atomic.Bool
 }
+
+// quiet reports whether the command being run gets no reply (CLIENT REPLY
+// OFF or SKIP).
+func (c *Client) quiet() bool { return c.replyOff || c.skipCur }
 
 type slot struct {
 	cmd      *Command
@@ -273,6 +307,7 @@ type slot struct {
 	from, to int          // queued[from:to]
 	call     service.Call // a Call command's, queued through the service
 	err      string
+	quiet    bool // CLIENT REPLY OFF or SKIP: the reply is dropped
 }
 
 // NewClient registers a connection. Call Close when it ends.
@@ -424,6 +459,9 @@ func (c *Client) runNow() {
 
 // Slow reports whether a pipeline holds a Slow command (see Command.Slow).
 func (s *Server) Slow(cmds [][][]byte) bool {
+	if s.ctl.paused.Load() && s.pausedPipeline(cmds) {
+		return true // a paused command waits off the event loop
+	}
 	for _, args := range cmds {
 		if len(args) == 0 || len(args[0]) >= 64 || s.slowLens&(1<<len(args[0])) == 0 {
 			continue
@@ -473,6 +511,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if len(args) == 0 {
 		return
 	}
+	c.skipCur, c.skipNext = c.skipNext, false
 	cmd := c.lastLook
 	if cmd == nil || !bytes.Equal(args[0], c.lastName) {
 		if cmd = s.table.Lookup(args[0]); cmd == nil {
@@ -528,6 +567,11 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.reject(cmd, ErrMisconf)
 		return
 	}
+	if s.ctl.paused.Load() && !c.sess.Holding() {
+		// Before queueing, as Redis's processCommand; never inside EXEC,
+		// which holds shards (it waited before it began).
+		s.waitPause(c, cmd, out)
+	}
 	if c.tx != nil && c.tx.multi && s.txQueued(c, cmd, args, out) {
 		return
 	}
@@ -547,11 +591,11 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		st.calls.Add(1)
 		if e != "" {
 			// The handler queued nothing on error (contract), but be safe.
-			c.slots = append(c.slots, slot{cmd: cmd, err: e})
+			c.slots = append(c.slots, slot{cmd: cmd, err: e, quiet: c.quiet()})
 			st.failed.Add(1)
 			return
 		}
-		c.slots = append(c.slots, slot{cmd: cmd, args: args, from: from, to: len(c.queued)})
+		c.slots = append(c.slots, slot{cmd: cmd, args: args, from: from, to: len(c.queued), quiet: c.quiet()})
 		return
 	}
 	s.finish(c, out)
@@ -570,8 +614,10 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	// As Redis's call(): the call counts once it has run (INFO does not
 	// count itself, CONFIG RESETSTAT does), and an error reply makes it a
 	// failed call and counts in errorstats.
-	st.usec.Add(time.Since(start).Microseconds())
+	took := time.Since(start)
+	st.usec.Add(took.Microseconds())
 	st.calls.Add(1)
+	s.recordCommand(c, cmd, args, took.Nanoseconds())
 	if len(out.B) > bmark && out.B[bmark] == '-' {
 		st.failed.Add(1)
 		e := out.B[bmark+1:]
@@ -579,6 +625,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 			e = e[:i]
 		}
 		s.countError(string(e))
+	}
+	if c.quiet() {
+		out.Truncate(mark)
 	}
 }
 
@@ -612,11 +661,11 @@ func (s *Server) queueCall(c *Client, cmd *Command, st *cmdStat, args [][]byte) 
 	}
 	st.calls.Add(1)
 	if e != "" {
-		c.slots = append(c.slots, slot{cmd: cmd, err: e})
+		c.slots = append(c.slots, slot{cmd: cmd, err: e, quiet: c.quiet()})
 		st.failed.Add(1)
 		return
 	}
-	c.slots = append(c.slots, slot{cmd: cmd, args: args, call: call})
+	c.slots = append(c.slots, slot{cmd: cmd, args: args, call: call, quiet: c.quiet()})
 }
 
 // parseCall runs cmd's Call handler; a panic there becomes an error reply.
@@ -675,7 +724,7 @@ func (c *Client) errSlot(e string) {
 	if c.tx != nil && c.tx.multi {
 		c.tx.dirty = true // Redis's flagTransaction
 	}
-	c.slots = append(c.slots, slot{err: e})
+	c.slots = append(c.slots, slot{err: e, quiet: c.quiet()})
 }
 
 // reject answers e instead of running cmd, counted in cmd's rejected_calls
@@ -696,48 +745,62 @@ func (s *Server) finish(c *Client, out *Out) {
 	}
 	start := time.Now()
 	c.sess.Run()
-	var per int64
+	var per, perNs int64
 	if n := int64(len(c.slots)); n > 0 {
-		per = time.Since(start).Microseconds() / n
+		perNs = time.Since(start).Nanoseconds() / n
+		per = perNs / 1e3
 	}
+	rec := s.batch(c, perNs)
 	for i := range c.slots {
 		sl := &c.slots[i]
-		if sl.err != "" {
-			s.countError(sl.err)
-			out.WriteError(sl.err)
-			continue
-		}
-		if sl.call != nil {
-			s.answer(c, out, sl, per)
-			continue
-		}
-		reqs := c.queued[sl.from:sl.to]
-		if e := statusError(reqs); e != "" {
-			s.countError(e)
-			out.WriteError(e)
-			c.stat(sl.cmd).failed.Add(1)
-			continue
-		}
-		c.stat(sl.cmd).usec.Add(per)
 		mark := out.Len()
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					out.Truncate(mark)
-					out.WriteError(ErrInternal)
-					s.log.Error("reply panicked", "cmd", sl.cmd.Name, "panic", r, "stack", string(debug.Stack()))
-				}
-			}()
-			sl.cmd.Reply(c, out, sl.args, reqs)
-		}()
-		sl.args = nil
+		s.finishSlot(c, out, sl, per, &rec)
+		if sl.quiet {
+			out.Truncate(mark)
+		}
 	}
+	rec.flush()
 	if cap(c.slots) > maxKeptOps {
 		c.slots = nil
 	} else {
 		c.slots = c.slots[:0]
 	}
 	c.recycle()
+}
+
+// finishSlot writes one pending slot's reply.
+func (s *Server) finishSlot(c *Client, out *Out, sl *slot, per int64, rec *batchRecorder) {
+	if sl.err != "" {
+		s.countError(sl.err)
+		out.WriteError(sl.err)
+		return
+	}
+	if sl.call != nil {
+		rec.add(sl.cmd, sl.args)
+		s.answer(c, out, sl, per)
+		return
+	}
+	reqs := c.queued[sl.from:sl.to]
+	if e := statusError(reqs); e != "" {
+		s.countError(e)
+		out.WriteError(e)
+		c.stat(sl.cmd).failed.Add(1)
+		return
+	}
+	c.stat(sl.cmd).usec.Add(per)
+	rec.add(sl.cmd, sl.args)
+	mark := out.Len()
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				out.Truncate(mark)
+				out.WriteError(ErrInternal)
+				s.log.Error("reply panicked", "cmd", sl.cmd.Name, "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
+		sl.cmd.Reply(c, out, sl.args, reqs)
+	}()
+	sl.args = nil
 }
 
 // answer writes a Call command's reply once its session ran: its error

@@ -3,11 +3,13 @@ package commands
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,7 +36,7 @@ func registerServer(t Table) {
 		&Command{Name: "config", Arity: -2, Group: "server", Summary: "A container for server configuration commands.", Since: "2.0.0",
 			Subcommands: []*Command{
 				{Name: "config|get", Arity: -3, Flags: []string{"loading", "stale"}, Run: configGet, Summary: "Returns the effective values of configuration parameters.", Since: "2.0.0"},
-				{Name: "config|set", Arity: -4, Flags: []string{"loading", "stale"}, Run: configSet, Summary: "Sets configuration parameters in-flight.", Since: "2.0.0"},
+				{Name: "config|set", Arity: -4, Flags: []string{"admin", "noscript", "loading", "stale"}, Run: configSet, Summary: "Sets configuration parameters in-flight.", Since: "2.0.0"},
 				{Name: "config|resetstat", Arity: 2, Flags: []string{"loading", "stale"}, Run: configResetStat, Summary: "Resets the server's statistics.", Since: "2.0.0"},
 				{Name: "config|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: configHelp, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
 			}},
@@ -64,7 +66,7 @@ func (c *Command) aclCategories() []string {
 			cats = append(cats, "@admin", "@dangerous")
 		}
 	}
-	if c.FirstKey > 0 {
+	if c.FirstKey > 0 && c.Group != "transactions" { // WATCH is not @keyspace in Redis
 		cats = append(cats, "@keyspace")
 	}
 	if hasFlag(c.Flags, "fast") {
@@ -72,8 +74,11 @@ func (c *Command) aclCategories() []string {
 	} else {
 		cats = append(cats, "@slow")
 	}
-	if c.Group == "connection" {
+	switch c.Group {
+	case "connection":
 		cats = append(cats, "@connection")
+	case "transactions":
+		cats = append(cats, "@transaction")
 	}
 	return cats
 }
@@ -116,7 +121,7 @@ func writeCommandInfo(w *Out, c *Command) {
 			last -= c.FirstKey
 		}
 		flag := "RW"
-		if hasFlag(c.Flags, "readonly") {
+		if hasFlag(c.Flags, "readonly") || c.Group == "transactions" { // WATCH reads its keys
 			flag = "RO"
 		}
 		w.WriteSet(1)
@@ -412,7 +417,27 @@ func (s *Server) configParams() map[string]string {
 	for k, v := range s.cfg.Params {
 		m[k] = v
 	}
+	for _, p := range s.settable() {
+		m[p.name] = strconv.FormatInt(p.v.Load(), 10)
+	}
 	return m
+}
+
+// settableParam is a parameter CONFIG SET changes at run time: an integer
+// of at least min.
+type settableParam struct {
+	name string
+	v    *atomic.Int64
+	min  int64
+	set  func(int64) // nil: store into v
+}
+
+func (s *Server) settable() []settableParam {
+	return []settableParam{
+		{name: "slowlog-log-slower-than", v: &s.slowlog.slowerThan, min: math.MinInt64},
+		{name: "slowlog-max-len", v: &s.slowlog.maxLen, min: 0, set: s.slowlog.setMaxLen},
+		{name: "latency-monitor-threshold", v: &s.latency.threshold, min: 0},
+	}
 }
 
 // CONFIG GET parameter [parameter ...]
@@ -449,18 +474,66 @@ func configGet(c *Client, w *Out, args [][]byte) {
 	}
 }
 
-// CONFIG SET parameter value [parameter value ...]: nothing can change at run time.
+// CONFIG SET parameter value [parameter value ...]: only the slow log's and
+// the latency monitor's parameters change at run time (settable); every
+// other is a command-line flag. All pairs are checked before any applies,
+// as Redis's.
 func configSet(c *Client, w *Out, args [][]byte) {
 	if (len(args)-2)%2 != 0 {
 		w.WriteError(ErrSyntax) // Redis's configSetCommand: an odd argc is a syntax error
 		return
 	}
-	name := strings.ToLower(string(args[2]))
-	if _, ok := c.srv.configParams()[name]; ok {
-		w.WriteError("ERR CONFIG SET failed (possibly related to argument '" + name + "') - can't set immutable config")
-		return
+	params := c.srv.configParams()
+	settable := c.srv.settable()
+	type change struct {
+		p settableParam
+		v int64
 	}
-	w.WriteError("ERR Unknown option or number of arguments for CONFIG SET - '" + cstr(args[2]) + "'")
+	var changes []change
+	seen := map[string]bool{}
+	for i := 2; i < len(args); i += 2 {
+		name := strings.ToLower(string(args[i]))
+		if _, ok := params[name]; !ok {
+			w.WriteError("ERR Unknown option or number of arguments for CONFIG SET - '" + cstr(args[i]) + "'")
+			return
+		}
+		failed := func(why string) {
+			w.WriteError("ERR CONFIG SET failed (possibly related to argument '" + name + "') - " + why)
+		}
+		if seen[name] {
+			failed("duplicate parameter")
+			return
+		}
+		seen[name] = true
+		var p *settableParam
+		for j := range settable {
+			if settable[j].name == name {
+				p = &settable[j]
+			}
+		}
+		if p == nil {
+			failed("can't set immutable config")
+			return
+		}
+		v, ok := limit.ParseRedisInt(args[i+1])
+		if !ok {
+			failed("argument couldn't be parsed into an integer")
+			return
+		}
+		if v < p.min {
+			failed("argument must be between " + strconv.FormatInt(p.min, 10) + " and 9223372036854775807 inclusive")
+			return
+		}
+		changes = append(changes, change{*p, v})
+	}
+	for _, ch := range changes {
+		if ch.p.set != nil {
+			ch.p.set(ch.v)
+		} else {
+			ch.p.v.Store(ch.v)
+		}
+	}
+	w.WriteOK()
 }
 
 // CONFIG RESETSTAT
@@ -474,7 +547,7 @@ func configHelp(_ *Client, w *Out, _ [][]byte) {
 	lines := []string{
 		"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 		"GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
-		"SET <directive> <value>", "    Not supported: cellserver is configured by command-line flags.",
+		"SET <directive> <value>", "    Set the configuration <directive> to <value> (slowlog-log-slower-than, slowlog-max-len, latency-monitor-threshold; the rest are command-line flags).",
 		"RESETSTAT", "    Reset statistics reported by the INFO command.",
 		"HELP", "    Print this help.",
 	}
@@ -499,6 +572,11 @@ func (s *Server) resetStats() {
 	}
 	for _, r := range s.retired {
 		reset(r)
+	}
+	for i := range s.hists { // CONFIG RESETSTAT clears LATENCY HISTOGRAM, as in Redis
+		for k := range s.hists[i].b {
+			s.hists[i].b[k].Store(0)
+		}
 	}
 	for _, c := range s.clients {
 		for i := range c.stats {
@@ -528,12 +606,13 @@ func infoCmd(c *Client, w *Out, args [][]byte) {
 				want[s] = true
 			}
 			want["commandstats"] = true
+			want["latencystats"] = true
 		default:
 			want[sec] = true
 		}
 	}
 	var b strings.Builder
-	for _, sec := range []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "commandstats", "errorstats", "cluster", "keyspace"} {
+	for _, sec := range []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "commandstats", "errorstats", "latencystats", "cluster", "keyspace"} {
 		if !want[sec] {
 			continue
 		}
@@ -681,6 +760,9 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 			v, _ := s.errorCounts.Load(code)
 			fmt.Fprintf(b, "errorstat_%s:count=%d\r\n", code, v.(interface{ Load() int64 }).Load())
 		}
+	case "latencystats":
+		b.WriteString("# Latencystats\r\n")
+		s.writeLatencyStats(b)
 	case "cluster":
 		b.WriteString("# Cluster\r\n")
 		if s.clusterOn() {

@@ -167,5 +167,9 @@ func newTable() Table {
 	registerServer(t)
 	registerCluster(t)
 	registerTx(t)
+	registerSlowlog(t)
+	registerLatency(t)
+	registerMemory(t)
+	registerClientCtl(t)
 	return t
 }

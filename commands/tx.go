@@ -88,6 +88,16 @@ func registerTx(t Table) {
 	)
 }
 
+// hasWrite reports whether the transaction queued a write command.
+func (tx *txState) hasWrite() bool {
+	for i := range tx.cmds {
+		if tx.cmds[i].cmd.write {
+			return true
+		}
+	}
+	return false
+}
+
 // inMulti reports whether the client is queueing a transaction.
 func (c *Client) inMulti() bool { return c.tx != nil && c.tx.multi }
 

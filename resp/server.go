@@ -375,6 +375,15 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	}
 	c.lastIO.Store(s.now.Load())
 	c.cl.SetFD(gc.Fd())
+	// CLIENT KILL from another connection closes this one on its own loop.
+	c.cl.SetKill(func() {
+		_ = gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			if gc.Context() == c {
+				_ = gc.Close()
+			}
+			return nil
+		}))
+	})
 	gc.SetContext(c)
 	s.connsMu.Lock()
 	s.conns[c] = gc
@@ -839,6 +848,8 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 					s.cfg.Logger.Error("command panicked", "addr", c.cl.Addr, "panic", r, "stack", string(debug.Stack()))
 				}
 			}()
+			c.cl.SetOffLoop(true) // a paused command may wait here (CLIENT PAUSE)
+			defer c.cl.SetOffLoop(false)
 			s.exec.Exec(c.cl, cmds, &out)
 		}()
 		over := out.Exceeded()

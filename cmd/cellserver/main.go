@@ -60,6 +60,10 @@ type Config struct {
 
 	ClusterMode     string // no | emulated | yes
 	ClusterAnnounce string // host:port other nodes and clients reach this node at
+
+	SlowlogLogSlowerThan    int64 // µs; 0 logs every command, negative none
+	SlowlogMaxLen           int64
+	LatencyMonitorThreshold int64 // ms; 0 off
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -84,6 +88,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.ClusterAnnounce, "cluster-announce", "", "`host:port` this node announces in cluster mode (default: --addr); its node id derives from it")
 	stopWrites := fs.String("stop-writes-on-persist-error", "no", "yes: while disk writes fail, state-changing commands answer MISCONF")
 	recoverCorrupt := fs.String("recover-corrupt", "no", "yes: start from a data dir whose write-ahead log is damaged or cut, with what is readable, reporting the records lost (no: refuse it, changing nothing)")
+	fs.Int64Var(&c.SlowlogLogSlowerThan, "slowlog-log-slower-than", commands.DefaultSlowlogSlowerThan, "log commands that take at least this many `microseconds` in the slow log (SLOWLOG GET): 0 logs every command, negative none (CONFIG SET changes it)")
+	fs.Int64Var(&c.SlowlogMaxLen, "slowlog-max-len", commands.DefaultSlowlogMaxLen, "how many `entries` the slow log keeps (CONFIG SET changes it)")
+	fs.Int64Var(&c.LatencyMonitorThreshold, "latency-monitor-threshold", 0, "record latency events (LATENCY LATEST, DOCTOR) of commands that take at least this many `milliseconds`; 0: off (CONFIG SET changes it)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n       cellserver cluster init --nodes host:port,...\n       cellserver cluster apply FILE\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -102,6 +109,12 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		if c.Shards == 0 {
 			c.Shards = runtime.GOMAXPROCS(0)
 		}
+	}
+	if c.SlowlogMaxLen < 0 {
+		return c, fmt.Errorf("--slowlog-max-len must not be negative, got %d", c.SlowlogMaxLen)
+	}
+	if c.LatencyMonitorThreshold < 0 {
+		return c, fmt.Errorf("--latency-monitor-threshold must not be negative, got %d", c.LatencyMonitorThreshold)
 	}
 	if c.MaxClients < 1 {
 		return c, fmt.Errorf("--maxclients must be at least 1, got %d", c.MaxClients)
@@ -225,8 +238,11 @@ func run(cfg Config) error {
 			"client-output-buffer-limit": fmt.Sprintf("normal %d %d %d", cfg.OutputHard, cfg.OutputSoft,
 				int(cfg.OutputSoftFor/time.Second)),
 		},
-		Cluster:     cc,
-		MaxKeyBytes: noLimit(cfg.MaxKeyBytes),
+		Cluster:                 cc,
+		MaxKeyBytes:             noLimit(cfg.MaxKeyBytes),
+		SlowlogLogSlowerThan:    &cfg.SlowlogLogSlowerThan,
+		SlowlogMaxLen:           &cfg.SlowlogMaxLen,
+		LatencyMonitorThreshold: cfg.LatencyMonitorThreshold,
 	}, st)
 	if err != nil {
 		return err

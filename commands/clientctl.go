@@ -1,0 +1,472 @@
+package commands
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellserver/cellserver/limit"
+)
+
+// clientCtlSubcommands are CLIENT's subcommands that act on other
+// connections or on how this one is answered (CLIENT's list in
+// connection.go takes them).
+func clientCtlSubcommands() []*Command {
+	ctl := []string{"admin", "noscript", "loading", "stale"}
+	return []*Command{
+		{Name: "client|kill", Arity: -3, Flags: ctl, Run: clientKill, Summary: "Terminates open connections.", Since: "2.4.0"},
+		{Name: "client|pause", Arity: -3, Flags: ctl, Run: clientPause, Summary: "Suspends commands processing.", Since: "3.0.0"},
+		{Name: "client|unpause", Arity: 2, Flags: ctl, Run: clientUnpause, Summary: "Resumes processing commands from paused clients.", Since: "6.2.0"},
+		{Name: "client|no-evict", Arity: 3, Flags: ctl, Run: clientNoEvict, Summary: "Sets the client eviction mode of the connection.", Since: "7.0.0"},
+		{Name: "client|no-touch", Arity: 3, Flags: []string{"noscript", "loading", "stale"}, Run: clientNoTouch,
+			Summary: "Controls whether commands sent by the client affect the LRU/LFU of accessed keys.", Since: "7.2.0"},
+		{Name: "client|reply", Arity: 3, Flags: []string{"noscript", "loading", "stale"}, Run: clientReply,
+			Summary: "Instructs the server whether to reply to commands.", Since: "3.2.0"},
+	}
+}
+
+// registerClientCtl registers the connection and replication commands of
+// this file; its CLIENT subcommands are in CLIENT's list.
+func registerClientCtl(t Table) {
+	t.add(
+		&Command{Name: "reset", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, NoAuth: true,
+			Group: "connection", Summary: "Resets the connection.", Since: "6.2.0", Run: resetCmd},
+		&Command{Name: "role", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast"}, Group: "server",
+			Summary: "Returns the replication role.", Since: "2.8.12", Run: roleCmd},
+		&Command{Name: "wait", Arity: 3, Flags: []string{"noscript"}, Group: "generic",
+			Tips:    []string{"request_policy:all_shards", "response_policy:agg_min"},
+			Summary: "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.", Since: "3.0.0", Run: waitCmd},
+		&Command{Name: "lastsave", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "server",
+			Tips:    []string{"nondeterministic_output"},
+			Summary: "Returns the Unix timestamp of the last successful save to disk.", Since: "1.0.0", Run: lastsaveCmd},
+	)
+	// Monitoring tools log in as the default user: the read-only diagnostics
+	// that Redis flags admin stay open to it (cellserver's admin flag
+	// restricts a command to the admin user). What changes state or acts on
+	// other connections stays admin.
+	for _, name := range []string{"slowlog|get", "slowlog|len", "latency|latest", "latency|history", "latency|doctor", "latency|histogram", "client|no-evict"} {
+		parent, _, _ := strings.Cut(name, "|")
+		for _, sc := range t[parent].Subcommands {
+			if sc.Name == name {
+				sc.admin = false
+			}
+		}
+	}
+}
+
+// clientCtl is the server's CLIENT PAUSE state. paused is the fast check
+// every command makes; the rest is under mu.
+type clientCtl struct {
+	paused atomic.Bool
+	mu     sync.Mutex
+	end    time.Time
+	all    bool          // ALL: every command waits; else only writes
+	done   chan struct{} // closed when the pause ends by CLIENT UNPAUSE
+}
+
+// pauseState returns the pause in force: its end, mode and the channel
+// that closes on unpause; ok false if none.
+func (p *clientCtl) pauseState(now time.Time) (end time.Time, all bool, done chan struct{}, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		return
+	}
+	if !now.Before(p.end) {
+		p.endLocked()
+		return
+	}
+	return p.end, p.all, p.done, true
+}
+
+func (p *clientCtl) endLocked() {
+	if p.done != nil {
+		close(p.done)
+		p.done = nil
+	}
+	p.paused.Store(false)
+}
+
+// blocks reports whether cmd waits under a pause of mode all.
+func pauseBlocks(all bool, cmd *Command) bool { return all || cmd.write }
+
+// pauseBlocksCmd is pauseBlocks for c's cmd: an EXEC is a write when its
+// transaction queued one (Redis's is_may_replicate_command), and waits
+// before it holds any shard.
+func pauseBlocksCmd(c *Client, all bool, cmd *Command) bool {
+	if cmd.Name == "exec" && c.inMulti() {
+		return all || c.tx.hasWrite()
+	}
+	return pauseBlocks(all, cmd)
+}
+
+// pausedPipeline reports whether a command of cmds must wait for the
+// pause: the wire layer then runs the pipeline off its event loop.
+func (s *Server) pausedPipeline(cmds [][][]byte) bool {
+	_, all, _, ok := s.ctl.pauseState(time.Now())
+	if !ok {
+		return false
+	}
+	if all {
+		return true
+	}
+	for _, args := range cmds {
+		if len(args) == 0 {
+			continue
+		}
+		// An EXEC may hold writes: it goes off the loop, and waitPause
+		// decides from its transaction.
+		if cmd := s.table.Lookup(args[0]); cmd != nil && (cmd.write || cmd.Name == "exec") {
+			return true
+		}
+	}
+	return false
+}
+
+// waitPause holds cmd until the pause ends, if it must wait: finishing
+// the pipeline's earlier commands first. On an event loop (a pause that
+// began after the wire layer checked the pipeline) cmd runs: it was on
+// its way when the pause began, and a loop must never wait.
+func (s *Server) waitPause(c *Client, cmd *Command, out *Out) {
+	if !c.offLoop {
+		return
+	}
+	for {
+		end, all, done, ok := s.ctl.pauseState(time.Now())
+		if !ok || !pauseBlocksCmd(c, all, cmd) {
+			return
+		}
+		s.finish(c, out)
+		t := time.NewTimer(time.Until(end))
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// SetOffLoop tells the client that its pipeline runs off the event loops
+// (the wire layer's Slow path), where a paused command may wait.
+func (c *Client) SetOffLoop(v bool) { c.offLoop = v }
+
+// SetKill sets how another connection's CLIENT KILL closes this one; the
+// wire layer sets it. It must be safe to call from any goroutine.
+func (c *Client) SetKill(f func()) {
+	c.mu.Lock()
+	c.kill = f
+	pending := c.killPending
+	c.mu.Unlock()
+	if pending && f != nil {
+		f() // killed between NewClient and SetKill
+	}
+}
+
+// CLIENT PAUSE timeout [WRITE|ALL]
+func clientPause(c *Client, w *Out, args [][]byte) {
+	ms, e := parseTimeoutMs(args[2])
+	if e != "" {
+		w.WriteError(e)
+		return
+	}
+	all := true
+	if len(args) == 4 {
+		switch strings.ToLower(string(args[3])) {
+		case "write":
+			all = false
+		case "all":
+		default:
+			w.WriteError("ERR CLIENT PAUSE mode must be WRITE or ALL")
+			return
+		}
+	} else if len(args) > 4 {
+		w.WriteError(ErrSyntax)
+		return
+	}
+	p := &c.srv.ctl
+	end := time.Now().Add(time.Duration(min(ms, int64(1<<62)/int64(time.Millisecond))) * time.Millisecond)
+	p.mu.Lock()
+	// As Redis's pauseActions: the new mode, and the later of the ends.
+	p.all = all
+	if p.done == nil {
+		p.done = make(chan struct{})
+		p.end = end
+	} else if end.After(p.end) {
+		p.end = end
+	}
+	p.paused.Store(true)
+	p.mu.Unlock()
+	w.WriteOK()
+}
+
+// parseTimeoutMs parses a timeout in ms as Redis's getTimeoutFromObjectOrReply.
+func parseTimeoutMs(b []byte) (int64, string) {
+	n, ok := limit.ParseRedisInt(b)
+	if !ok {
+		return 0, "ERR timeout is not an integer or out of range"
+	}
+	if n < 0 {
+		return 0, "ERR timeout is negative"
+	}
+	return n, ""
+}
+
+// CLIENT UNPAUSE
+func clientUnpause(c *Client, w *Out, _ [][]byte) {
+	p := &c.srv.ctl
+	p.mu.Lock()
+	p.endLocked()
+	p.mu.Unlock()
+	w.WriteOK()
+}
+
+// onOff parses ON|OFF.
+func onOff(b []byte) (v, ok bool) {
+	switch strings.ToLower(string(b)) {
+	case "on":
+		return true, true
+	case "off":
+		return false, true
+	}
+	return false, false
+}
+
+// CLIENT NO-EVICT ON|OFF: recorded and shown in CLIENT LIST (flag e);
+// cellserver evicts no client for memory.
+func clientNoEvict(c *Client, w *Out, args [][]byte) {
+	v, ok := onOff(args[2])
+	if !ok {
+		w.WriteError(ErrSyntax)
+		return
+	}
+	c.noEvict.Store(v)
+	w.WriteOK()
+}
+
+// CLIENT NO-TOUCH ON|OFF: recorded and shown in CLIENT LIST (flag T);
+// cellserver keeps no access times for it to spare.
+func clientNoTouch(c *Client, w *Out, args [][]byte) {
+	v, ok := onOff(args[2])
+	if !ok {
+		w.WriteError(ErrSyntax)
+		return
+	}
+	c.noTouch.Store(v)
+	w.WriteOK()
+}
+
+// CLIENT REPLY ON|OFF|SKIP: OFF and SKIP answer nothing, as in Redis.
+func clientReply(c *Client, w *Out, args [][]byte) {
+	switch strings.ToLower(string(args[2])) {
+	case "on":
+		c.replyOff, c.skipCur, c.skipNext = false, false, false
+		w.WriteOK()
+	case "off":
+		c.replyOff = true
+	case "skip":
+		if !c.replyOff {
+			c.skipNext = true
+		}
+	default:
+		w.WriteError(ErrSyntax)
+	}
+}
+
+// flags is the client's flags field in CLIENT LIST, Redis 7.2's letters
+// in its order (MULTI's x and tracking's t come before e).
+func (c *Client) flags() string {
+	var b []byte
+	if c.noEvict.Load() {
+		b = append(b, 'e')
+	}
+	if c.noTouch.Load() {
+		b = append(b, 'T')
+	}
+	if len(b) == 0 {
+		return "N"
+	}
+	return string(b)
+}
+
+// killFilter is CLIENT KILL's filters; zero fields match every client.
+type killFilter struct {
+	id          int64
+	addr, laddr string
+	user        string
+	typeNone    bool // TYPE master|replica|pubsub: no client here is one
+	maxAge      int64
+	skipMe      bool
+}
+
+func (f *killFilter) match(self, cl *Client, now time.Time) bool {
+	switch {
+	case f.typeNone:
+		return false
+	case f.id != 0 && cl.ID != f.id:
+		return false
+	case f.addr != "" && cl.Addr != f.addr:
+		return false
+	case f.laddr != "" && cl.LAddr != f.laddr:
+		return false
+	case f.user != "" && cl.user() != f.user:
+		return false
+	case f.maxAge != 0 && int64(now.Sub(cl.created).Seconds()) < f.maxAge:
+		return false
+	case f.skipMe && cl == self:
+		return false
+	}
+	return true
+}
+
+// CLIENT KILL addr:port | CLIENT KILL <filter> <value> [<filter> <value> ...]
+func clientKill(c *Client, w *Out, args [][]byte) {
+	s := c.srv
+	if len(args) == 3 {
+		f := killFilter{addr: string(args[2])}
+		if s.killClients(c, &f) == 0 {
+			w.WriteError("ERR No such client")
+			return
+		}
+		w.WriteOK()
+		return
+	}
+	if len(args)%2 != 0 {
+		w.WriteError(ErrSyntax)
+		return
+	}
+	f := killFilter{skipMe: true}
+	for i := 2; i < len(args); i += 2 {
+		v := args[i+1]
+		switch strings.ToLower(string(args[i])) {
+		case "id":
+			id, ok := limit.ParseRedisInt(v)
+			if !ok || id <= 0 {
+				w.WriteError("ERR client-id should be greater than 0")
+				return
+			}
+			f.id = id
+		case "type":
+			switch strings.ToLower(string(v)) {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				f.typeNone = true
+			default:
+				w.WriteError("ERR Unknown client type '" + cstr(v) + "'")
+				return
+			}
+		case "addr":
+			f.addr = string(v)
+		case "laddr":
+			f.laddr = string(v)
+		case "user":
+			u := string(v)
+			if u != UserDefault && (u != UserAdmin || s.cfg.AdminPassword == "") {
+				w.WriteError("ERR No such user '" + cstr(v) + "'")
+				return
+			}
+			f.user = u
+		case "skipme":
+			switch strings.ToLower(string(v)) {
+			case "yes":
+				f.skipMe = true
+			case "no":
+				f.skipMe = false
+			default:
+				w.WriteError(ErrSyntax)
+				return
+			}
+		case "maxage":
+			n, ok := limit.ParseRedisInt(v)
+			if !ok {
+				w.WriteError(ErrSyntax)
+				return
+			}
+			f.maxAge = n
+		default:
+			w.WriteError(ErrSyntax)
+			return
+		}
+	}
+	w.WriteInt(int64(s.killClients(c, &f)))
+}
+
+// killClients closes every client f matches and returns how many: c
+// itself after this pipeline's replies, as Redis's close-after-reply.
+func (s *Server) killClients(c *Client, f *killFilter) int {
+	now := time.Now()
+	n := 0
+	for _, cl := range s.sortedClients() {
+		if !f.match(c, cl, now) {
+			continue
+		}
+		n++
+		if cl == c {
+			c.closing = true
+			continue
+		}
+		cl.mu.Lock()
+		kill := cl.kill
+		cl.killPending = kill == nil
+		cl.mu.Unlock()
+		if kill != nil {
+			kill()
+		}
+	}
+	return n
+}
+
+// RESET: the connection as a new one's, as Redis's
+// clearClientConnectionState: no name, protocol 2, the default user
+// (authenticated only if it needs no password), replies on, NO-EVICT and
+// NO-TOUCH off.
+func resetCmd(c *Client, w *Out, _ [][]byte) {
+	// Merge point for the MULTI and CLIENT TRACKING helpers (issue #17):
+	// RESET discards a transaction and turns tracking off.
+	c.resetTx()
+	// TODO(merge): c.resetTracking()
+	c.mu.Lock()
+	c.name = ""
+	c.mu.Unlock()
+	c.proto.Store(2)
+	w.Proto = 2
+	c.admin.Store(false)
+	c.authed.Store(c.srv.cfg.RequirePass == "")
+	c.replyOff, c.skipCur, c.skipNext = false, false, false
+	c.noEvict.Store(false)
+	c.noTouch.Store(false)
+	w.WriteString("RESET")
+}
+
+// ROLE: a master with no replicas; offset 0 (cellserver does not
+// replicate).
+func roleCmd(_ *Client, w *Out, _ [][]byte) {
+	w.WriteArray(3)
+	w.WriteBulkString("master")
+	w.WriteInt(0)
+	w.WriteArray(0)
+}
+
+// WAIT numreplicas timeout: no replicas to wait for, so 0 at once.
+func waitCmd(_ *Client, w *Out, args [][]byte) {
+	if _, ok := limit.ParseRedisInt(args[1]); !ok {
+		w.WriteError(ErrNotInteger)
+		return
+	}
+	if _, e := parseTimeoutMs(args[2]); e != "" {
+		w.WriteError(e)
+		return
+	}
+	w.WriteInt(0)
+}
+
+// LASTSAVE: persistence is continuous, so the last save is the last
+// completed write-out to disk (its fsync); the start time if none yet or
+// under --in-memory.
+func lastsaveCmd(c *Client, w *Out, _ [][]byte) {
+	t := c.srv.started
+	if ps := c.srv.st.PersistStats(); ps.Enabled && ps.LastFsync.After(t) {
+		t = ps.LastFsync
+	}
+	w.WriteInt(t.Unix())
+}
