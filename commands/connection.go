@@ -34,6 +34,10 @@ func registerConnection(t Table) {
 				{Name: "client|list", Arity: -2, Run: clientList, Summary: "Lists open connections.", Since: "2.4.0"},
 				{Name: "client|info", Arity: 2, Run: clientInfo, Summary: "Returns information about the connection.", Since: "6.2.0"},
 				{Name: "client|help", Arity: 2, Run: clientHelp, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
+				{Name: "client|tracking", Arity: -3, Run: clientTracking, Summary: "Controls server-assisted client-side caching for the connection.", Since: "6.0.0"},
+				{Name: "client|caching", Arity: 3, Run: clientCaching, Summary: "Instructs the server whether to track the keys in the next request.", Since: "6.0.0"},
+				{Name: "client|getredir", Arity: 2, Run: clientGetRedir, Summary: "Returns the client ID to which the connection's tracking notifications are redirected.", Since: "6.0.0"},
+				{Name: "client|trackinginfo", Arity: 2, Run: clientTrackingInfo, Summary: "Returns information about server-assisted client-side caching for the connection.", Since: "6.2.0"},
 			}},
 	)
 }
@@ -395,6 +399,6 @@ func (c *Client) infoLine() string {
 		cmd = lc.Name
 	}
 	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s",
-		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, cmd, c.user(), c.Proto(), lib, ver)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, c.listFlags(), cmd, c.user(), c.trackingRedir(), c.Proto(), lib, ver)
 }

@@ -387,5 +387,6 @@ func flushCmd(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	everyShard[store.FlushReq](c, &c.reqs.flush, nil)
+	c.srv.trackingFlushed()
 	w.WriteOK()
 }

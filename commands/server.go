@@ -66,6 +66,11 @@ type Config struct {
 	// and written to disk, so a client must not make the server hold a
 	// huge one. Default DefaultMaxKeyBytes; negative: no limit.
 	MaxKeyBytes int
+	// TrackingMaxKeys bounds the keys tracking clients have read and not
+	// yet been told of (CLIENT TRACKING; counted per client and key), as
+	// Redis's tracking-table-max-keys. Past it a read key is invalidated at
+	// once instead of remembered. Default DefaultTrackingMaxKeys.
+	TrackingMaxKeys int
 }
 
 // DefaultMaxKeyBytes is Config.MaxKeyBytes's default (64 KiB).
@@ -106,6 +111,9 @@ type Server struct {
 	topoMu sync.Mutex                       // serializes SETTOPOLOGY
 
 	sleep func(time.Duration) // the pause after a failed AUTH; tests record it instead
+
+	trackedKeys atomic.Int64 // keys remembered for tracking clients (TrackingMaxKeys)
+	bcast       broadcasts   // the BCAST tracking clients
 }
 
 type serverStats struct {
@@ -133,6 +141,9 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 	}
 	if cfg.MaxKeyBytes == 0 {
 		cfg.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if cfg.TrackingMaxKeys <= 0 {
+		cfg.TrackingMaxKeys = DefaultTrackingMaxKeys
 	}
 	if cfg.AdminPassword != "" && cfg.AdminPassword == cfg.RequirePass {
 		return nil, errors.New("commands: the admin password must differ from the default user's (requirepass)")
@@ -262,6 +273,13 @@ type Client struct {
 	queued []store.Request
 	reqs   requests
 	slots  []slot
+
+	// trk is the client's CLIENT TRACKING state, nil until it first
+	// switches tracking on; pusher writes push messages to the connection
+	// (SetPusher); gone is set once the client closed.
+	trk    *tracker
+	pusher atomic.Pointer[func([]byte)]
+	gone   atomic.Bool
 }
 
 type slot struct {
@@ -288,6 +306,7 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 	if local != nil {
 		c.LAddr = local.String()
 	}
+	c.sess.ID = uint64(c.ID) // key listeners learn who changed a key (NOLOOP)
 	c.lastUsed.Store(time.Now().UnixNano())
 	c.fd.Store(-1)
 	c.authed.Store(s.cfg.RequirePass == "")
@@ -311,6 +330,7 @@ func isLocal(a net.Addr) bool {
 
 // Close unregisters the client, keeping its command counts for INFO.
 func (c *Client) Close() {
+	c.closeTracking()
 	s := c.srv
 	s.clientsMu.Lock()
 	delete(s.clients, c.ID)
@@ -524,6 +544,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		return
 	}
 	c.lastCmd.Store(cmd)
+	if c.trk != nil {
+		c.trackCommand(cmd, args)
+	}
 	st := c.stat(cmd)
 	run := cmd.Run
 	if cmd.Many != nil && len(args) > maxKeptOps {

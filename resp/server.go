@@ -355,6 +355,7 @@ type conn struct {
 	// peak is the largest buffer this connection held, to give memory back
 	// to the OS when a big one leaves.
 	peak int
+	push pushes // push messages waiting for the event loop (push.go)
 }
 
 var errMaxClients = []byte("-ERR max number of clients reached\r\n")
@@ -375,6 +376,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	}
 	c.lastIO.Store(s.now.Load())
 	c.cl.SetFD(gc.Fd())
+	c.cl.SetPusher(s.pusher(gc, c))
 	gc.SetContext(c)
 	s.connsMu.Lock()
 	s.conns[c] = gc

@@ -1,0 +1,90 @@
+package resp
+
+import (
+	"context"
+	"sync"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// pushes is a connection's queue of push messages (CLIENT TRACKING's
+// invalidations), which arrive on any goroutine (a shard's, mostly) and
+// must never wait for the connection: they are appended here and written
+// by the connection's event loop, between pipelines, so a push never lands
+// inside a reply. One wake-up of the loop drains everything queued since.
+//
+// What waits here counts against the hard output limit: a client that
+// does not read is disconnected, as Redis's output buffer limit does,
+// rather than buffered without bound.
+type pushes struct {
+	mu        sync.Mutex
+	buf       []byte
+	spare     []byte // the buffer written last, reused for the next
+	scheduled bool   // a drain is queued on the event loop
+	over      bool   // past the hard limit: the drain closes the connection
+}
+
+// maxKeptPushBuffer is the push buffer capacity a connection keeps between
+// drains.
+const maxKeptPushBuffer = 64 << 10
+
+// pusher returns the function the command layer calls to push msg to gc.
+func (s *Server) pusher(gc gnet.Conn, c *conn) func(msg []byte) {
+	return func(msg []byte) {
+		q := &c.push
+		q.mu.Lock()
+		if q.over {
+			q.mu.Unlock()
+			return
+		}
+		if s.cfg.OutputHard > 0 && int64(len(q.buf)+len(msg)) > s.cfg.OutputHard {
+			q.over, q.buf = true, nil
+		} else {
+			q.buf = append(q.buf, msg...)
+		}
+		wake := !q.scheduled
+		q.scheduled = true
+		q.mu.Unlock()
+		if wake {
+			// Execute queues the task and wakes the loop; it never waits.
+			// It fails only once the engine stopped, when nothing is
+			// written anyway.
+			_ = gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				s.drainPushes(gc, c)
+				return nil
+			}))
+		}
+	}
+}
+
+// drainPushes writes the queued pushes; on gc's event loop.
+func (s *Server) drainPushes(gc gnet.Conn, c *conn) {
+	q := &c.push
+	q.mu.Lock()
+	b, over := q.buf, q.over
+	q.buf, q.scheduled = nil, false
+	if cap(b) <= maxKeptPushBuffer {
+		q.buf = q.spare[:0]
+		q.spare = b
+	}
+	q.mu.Unlock()
+	if gc.Context() != c {
+		return // closed meanwhile
+	}
+	if over {
+		s.overOutput(c, s.cfg.OutputHard)
+		_ = gc.Close()
+		return
+	}
+	if len(b) == 0 {
+		return
+	}
+	if _, err := gc.Write(b); err != nil {
+		_ = gc.Close()
+		return
+	}
+	s.exec.CountNet(0, len(b))
+	if !s.outputOK(gc, c) {
+		_ = gc.Close()
+	}
+}

@@ -1,0 +1,231 @@
+package tests
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// invalidation is the exact RESP3 push Redis sends when key changes.
+func invalidation(key string) string {
+	return fmt.Sprintf(">2\r\n$10\r\ninvalidate\r\n*1\r\n$%d\r\n%s\r\n", len(key), key)
+}
+
+// nullInvalidation is the push Redis sends every tracking client on FLUSHALL.
+const nullInvalidation = ">2\r\n$10\r\ninvalidate\r\n_\r\n"
+
+// resp3 opens a raw connection that said HELLO 3.
+func resp3(t *testing.T, s *server) *rawConn {
+	t.Helper()
+	c := s.Raw(t)
+	require.Equal(t, byte('%'), c.DoArgs("HELLO", "3")[0])
+	return c
+}
+
+func ok(t *testing.T, c *rawConn, args ...string) {
+	t.Helper()
+	require.Equal(t, "+OK\r\n", string(c.DoArgs(args...)), "%q", args)
+}
+
+// throttle runs an allowed CL.THROTTLE on key (a write: the key changes).
+func throttle(t *testing.T, c *rawConn, key string) {
+	t.Helper()
+	r := string(c.DoArgs("CL.THROTTLE", key, "100", "100", "60", "1"))
+	require.True(t, strings.HasPrefix(r, "*5\r\n:0\r\n"), "CL.THROTTLE %s: %q", key, r)
+}
+
+// clientID is the connection's CLIENT ID.
+func clientID(t *testing.T, c *rawConn) string {
+	t.Helper()
+	r := string(c.DoArgs("CLIENT", "ID"))
+	require.True(t, strings.HasPrefix(r, ":"), r)
+	return strings.TrimSpace(r[1:])
+}
+
+// TestTrackingInvalidatesReadKey: a RESP3 client that read a limiter key
+// with GET is told once, with Redis's exact push, when another client's
+// allowed CL.THROTTLE changes it; then it is forgotten until read again.
+// Its own write is told too (no NOLOOP), after the write's reply.
+func TestTrackingInvalidatesReadKey(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	tc, other := resp3(t, s), s.Raw(t)
+	throttle(t, other, "k")
+	ok(t, tc, "CLIENT", "TRACKING", "ON")
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "k")[0])
+	require.Equal(t, "_\r\n", string(tc.DoArgs("GET", "missing")))
+
+	throttle(t, other, "k")
+	assert.Equal(t, invalidation("k"), string(tc.ReadReply()))
+	// Forgotten: a second write is not told; a write of the missing key
+	// read before is.
+	throttle(t, other, "k")
+	throttle(t, other, "missing")
+	assert.Equal(t, invalidation("missing"), string(tc.ReadReply()))
+
+	// The client's own write: the reply first, then the push.
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "k")[0])
+	r := string(tc.DoArgs("CL.THROTTLE", "k", "100", "100", "60", "1"))
+	require.True(t, strings.HasPrefix(r, "*5\r\n"), r)
+	assert.Equal(t, invalidation("k"), string(tc.ReadReply()))
+
+	// DEL and CL.RESET change keys too.
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "k")[0])
+	require.Equal(t, ":1\r\n", string(other.DoArgs("DEL", "k")))
+	assert.Equal(t, invalidation("k"), string(tc.ReadReply()))
+	throttle(t, other, "k")
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "k")[0])
+	require.Equal(t, ":1\r\n", string(other.DoArgs("CL.RESET", "k")))
+	assert.Equal(t, invalidation("k"), string(tc.ReadReply()))
+
+	// Off: no more pushes; the next reply is the PING's.
+	require.Equal(t, byte('_'), tc.DoArgs("GET", "k")[0])
+	ok(t, tc, "CLIENT", "TRACKING", "OFF")
+	throttle(t, other, "k")
+	assert.Equal(t, "+PONG\r\n", string(tc.DoArgs("PING")))
+}
+
+// TestTrackingExpiry: a key that expires (seen by a later read, or by the
+// sweep) is invalidated.
+func TestTrackingExpiry(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory", "--enable-debug-command", "yes")
+	tc, other := resp3(t, s), s.Raw(t)
+	const now = int64(1700000000000000000)
+	ok(t, other, "DEBUG", "CLOCK", "SET", strconv.FormatInt(now, 10))
+	// 1 per minute, burst 1: the key lives about a minute.
+	require.True(t, strings.HasPrefix(string(other.DoArgs("CL.THROTTLE", "exp", "0", "1", "60", "1")), "*5\r\n:0\r\n"))
+	ok(t, tc, "CLIENT", "TRACKING", "ON")
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "exp")[0])
+	ok(t, other, "DEBUG", "CLOCK", "ADVANCE", strconv.FormatInt(3600e9, 10))
+	// The other client's read finds it expired (or the sweep got there
+	// first): either way it changed, and the tracking client is told.
+	require.Equal(t, "$-1\r\n", string(other.DoArgs("GET", "exp")))
+	assert.Equal(t, invalidation("exp"), string(tc.ReadReply()))
+}
+
+// TestTrackingBcast: BCAST PREFIX tells of every change of a key under the
+// prefixes, read or not, and of no other key.
+func TestTrackingBcast(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	tc, other := resp3(t, s), s.Raw(t)
+	ok(t, tc, "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "user:", "PREFIX", "ip:")
+	throttle(t, other, "other:1") // not told
+	throttle(t, other, "user:1")
+	assert.Equal(t, invalidation("user:1"), string(tc.ReadReply()))
+	throttle(t, other, "ip:10.0.0.1")
+	assert.Equal(t, invalidation("ip:10.0.0.1"), string(tc.ReadReply()))
+	throttle(t, other, "user:1") // told again: nothing is forgotten in BCAST
+	assert.Equal(t, invalidation("user:1"), string(tc.ReadReply()))
+
+	// Off: the table is gone; the next reply is the PING's.
+	ok(t, tc, "CLIENT", "TRACKING", "OFF")
+	throttle(t, other, "user:1")
+	assert.Equal(t, "+PONG\r\n", string(tc.DoArgs("PING")))
+}
+
+// TestTrackingNoloop: NOLOOP leaves out the client's own changes, in BCAST
+// and in the default mode.
+func TestTrackingNoloop(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	tc, other := resp3(t, s), s.Raw(t)
+	ok(t, tc, "CLIENT", "TRACKING", "ON", "BCAST", "NOLOOP")
+	throttle(t, tc, "mine")
+	throttle(t, other, "theirs")
+	assert.Equal(t, invalidation("theirs"), string(tc.ReadReply()))
+	ok(t, tc, "CLIENT", "TRACKING", "OFF")
+
+	ok(t, tc, "CLIENT", "TRACKING", "ON", "NOLOOP")
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "mine")[0])
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "theirs")[0])
+	throttle(t, tc, "mine") // forgotten, untold
+	throttle(t, other, "theirs")
+	assert.Equal(t, invalidation("theirs"), string(tc.ReadReply()))
+	throttle(t, other, "mine")
+	assert.Equal(t, "+PONG\r\n", string(tc.DoArgs("PING")))
+}
+
+// TestTrackingRedirect: REDIRECT sends a (RESP2) tracking client's
+// invalidations to a RESP3 connection; once that connection is gone, a
+// RESP3 tracking client gets tracking-redir-broken instead, and CLIENT LIST
+// shows the R flag.
+func TestTrackingRedirect(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	sink, tc, other := resp3(t, s), s.Raw(t), s.Raw(t)
+	id := clientID(t, sink)
+	ok(t, tc, "CLIENT", "TRACKING", "ON", "REDIRECT", id)
+	require.Equal(t, ":"+id+"\r\n", string(tc.DoArgs("CLIENT", "GETREDIR")))
+	require.Equal(t, "$-1\r\n", string(tc.DoArgs("GET", "r")))
+	throttle(t, other, "r")
+	assert.Equal(t, invalidation("r"), string(sink.ReadReply()))
+
+	tc3 := resp3(t, s)
+	ok(t, tc3, "CLIENT", "TRACKING", "ON", "REDIRECT", id)
+	require.Equal(t, byte('$'), tc3.DoArgs("GET", "r")[0])
+	require.NoError(t, sink.nc.Close())
+	// The server learns of the close asynchronously: wait for it.
+	requireEventually(t, func() bool { return !strings.Contains(string(other.DoArgs("CLIENT", "LIST")), "id="+id+" ") })
+	throttle(t, other, "r")
+	assert.Equal(t, ">2\r\n$21\r\ntracking-redir-broken\r\n:"+id+"\r\n", string(tc3.ReadReply()))
+	info := string(tc3.DoArgs("CLIENT", "INFO"))
+	assert.Contains(t, info, " flags=tR ")
+	assert.Contains(t, info, " redir="+id+" ")
+	assert.Contains(t, string(tc3.DoArgs("CLIENT", "TRACKINGINFO")), "broken_redirect")
+}
+
+// TestTrackingOptin: in OPTIN mode only the command after CLIENT CACHING
+// YES is remembered.
+func TestTrackingOptin(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	tc, other := resp3(t, s), s.Raw(t)
+	ok(t, tc, "CLIENT", "TRACKING", "ON", "OPTIN")
+	require.Equal(t, "_\r\n", string(tc.DoArgs("GET", "a")))
+	ok(t, tc, "CLIENT", "CACHING", "YES")
+	require.Equal(t, "_\r\n", string(tc.DoArgs("GET", "b")))
+	require.Equal(t, "_\r\n", string(tc.DoArgs("GET", "c"))) // the flag is spent
+	throttle(t, other, "a")
+	throttle(t, other, "c")
+	throttle(t, other, "b")
+	assert.Equal(t, invalidation("b"), string(tc.ReadReply()))
+	assert.Equal(t, "+PONG\r\n", string(tc.DoArgs("PING")))
+
+	// OPTOUT: all but the command after CACHING NO.
+	ok(t, tc, "CLIENT", "TRACKING", "OFF")
+	ok(t, tc, "CLIENT", "TRACKING", "ON", "OPTOUT")
+	ok(t, tc, "CLIENT", "CACHING", "NO")
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "a")[0])
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "b")[0])
+	throttle(t, other, "a")
+	throttle(t, other, "b")
+	assert.Equal(t, invalidation("b"), string(tc.ReadReply()))
+}
+
+// TestTrackingFlushall: FLUSHALL sends every tracking client the null
+// invalidation.
+func TestTrackingFlushall(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	tc, bc, other := resp3(t, s), resp3(t, s), s.Raw(t)
+	ok(t, tc, "CLIENT", "TRACKING", "ON")
+	ok(t, bc, "CLIENT", "TRACKING", "ON", "BCAST")
+	throttle(t, other, "x")
+	assert.Equal(t, invalidation("x"), string(bc.ReadReply()))
+	ok(t, other, "FLUSHALL")
+	assert.Equal(t, nullInvalidation, string(tc.ReadReply()))
+	assert.Equal(t, nullInvalidation, string(bc.ReadReply()))
+}
+
+// requireEventually polls cond until it holds, failing after 10 s.
+func requireEventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, 10*time.Second, 5*time.Millisecond)
+}
