@@ -229,3 +229,68 @@ func requireEventually(t *testing.T, cond func() bool) {
 	t.Helper()
 	require.Eventually(t, cond, 10*time.Second, 5*time.Millisecond)
 }
+
+// TestTrackingDifferential: CLIENT TRACKING's, CACHING's, GETREDIR's and
+// TRACKINGINFO's replies, errors included, are redis-server's byte for
+// byte, in RESP2 and then RESP3, each case against the state the ones
+// before it left.
+func TestTrackingDifferential(t *testing.T) {
+	t.Parallel()
+	ref := startR3Ref(t)
+	cell := startServer(t, "--in-memory")
+	seq := [][]string{
+		{"CLIENT", "TRACKINGINFO"}, {"CLIENT", "GETREDIR"},
+		{"CLIENT", "CACHING", "YES"}, {"CLIENT", "CACHING", "maybe"},
+		{"CLIENT", "TRACKING", "ON", "PREFIX", "a"},
+		{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a", "PREFIX", "ab"},
+		{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "xy", "PREFIX", "x"},
+		{"CLIENT", "TRACKING", "ON", "OPTIN", "OPTOUT"},
+		{"CLIENT", "TRACKING", "ON", "BCAST", "OPTOUT"},
+		{"CLIENT", "TRACKING", "ON", "REDIRECT", "999999"},
+		{"CLIENT", "TRACKING", "ON", "REDIRECT", "abc"},
+		{"CLIENT", "TRACKING", "ON", "REDIRECT"},
+		{"CLIENT", "TRACKING", "ON", "nope"},
+		{"CLIENT", "TRACKING", "sideways"},
+		{"CLIENT", "TRACKING"},
+		{"CLIENT", "CACHING"},
+		{"CLIENT", "GETREDIR", "x"},
+		{"CLIENT", "TRACKINGINFO", "x"},
+		{"CLIENT", "TRACKING", "OFF", "PREFIX", "p"},
+		{"CLIENT", "TRACKING", "on", "optin", "noloop"},
+		{"CLIENT", "TRACKINGINFO"}, {"CLIENT", "GETREDIR"},
+		{"CLIENT", "CACHING", "no"}, {"CLIENT", "CACHING", "yes"},
+		{"CLIENT", "TRACKINGINFO"},
+		{"CLIENT", "TRACKINGINFO"}, // the flag outlives CLIENT commands
+		{"PING"},
+		{"CLIENT", "TRACKINGINFO"}, // but not another command
+		{"CLIENT", "TRACKING", "ON", "OPTOUT"},
+		{"CLIENT", "TRACKING", "ON", "BCAST"},
+		{"CLIENT", "TRACKING", "ON"},
+		{"CLIENT", "TRACKINGINFO"},
+		{"CLIENT", "TRACKING", "OFF"},
+		{"CLIENT", "TRACKINGINFO"}, {"CLIENT", "GETREDIR"},
+		{"CLIENT", "TRACKING", "ON", "OPTOUT"},
+		{"CLIENT", "CACHING", "YES"}, {"CLIENT", "CACHING", "NO"},
+		{"CLIENT", "TRACKINGINFO"},
+		{"CLIENT", "TRACKING", "OFF"},
+		{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "ab", "PREFIX", "cd"},
+		{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a"},
+		{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "cd"},
+		{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "cde"},
+		{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "b"},
+		{"CLIENT", "CACHING", "YES"},
+		{"CLIENT", "TRACKINGINFO"},
+		{"CLIENT", "TRACKING", "OFF"},
+		{"CLIENT", "TRACKING", "ON", "BCAST"},
+		{"CLIENT", "TRACKINGINFO"},
+		{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "z"},
+		{"CLIENT", "TRACKING", "OFF"},
+	}
+	for _, proto := range []string{"2", "3"} {
+		rc, cc := ref.Raw(t), cell.Raw(t)
+		if proto == "3" {
+			runR3Cases(t, rc, cc, []r3Case{{r3Args("HELLO", "3"), r3Hello}})
+		}
+		runR3Cases(t, rc, cc, r3Exacts(seq...))
+	}
+}

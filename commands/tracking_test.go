@@ -1,0 +1,190 @@
+package commands
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// pushLog records what the server pushes to one client.
+type pushLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (p *pushLog) push(msg []byte) {
+	p.mu.Lock()
+	p.msgs = append(p.msgs, string(msg))
+	p.mu.Unlock()
+}
+
+// take returns what was pushed since the last take. The store calls the
+// listeners before the batch that changed a key signals, so after a
+// command's reply its pushes are all here.
+func (p *pushLog) take() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.msgs
+	p.msgs = nil
+	return m
+}
+
+func pushes(h *harness) *pushLog {
+	p := &pushLog{}
+	h.c.SetPusher(p.push)
+	return p
+}
+
+func invalidate(key string) string { return string(appendInvalidate(nil, []byte(key), false)) }
+
+// TestTrackingErrors: every refusal of CLIENT TRACKING and CLIENT CACHING
+// in Redis 7's words and order, each against the state the case leaves.
+func TestTrackingErrors(t *testing.T) {
+	h := newHarness(t, Config{})
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"CLIENT", "CACHING", "YES"}, "-" + ErrCachingOff + "\r\n"},
+		{[]string{"CLIENT", "CACHING", "maybe"}, "-" + ErrCachingOff + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "PREFIX", "a"}, "-" + ErrTrackPrefixNoBcast + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a", "PREFIX", "ab"}, "-ERR Prefix 'a' overlaps with another provided prefix 'ab'. Prefixes for a single client must not overlap.\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "OPTIN", "OPTOUT"}, "-" + ErrTrackOptBoth + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "BCAST", "OPTIN"}, "-" + ErrTrackBcastOpt + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "REDIRECT", "999"}, "-" + ErrTrackRedirMissing + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "REDIRECT", "abc"}, "-" + ErrNotInteger + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "REDIRECT", "1", "REDIRECT", "1"}, "-" + ErrTrackRedirTwice + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "REDIRECT"}, "-" + ErrSyntax + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "foo"}, "-" + ErrSyntax + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "maybe"}, "-" + ErrSyntax + "\r\n"},
+		{[]string{"CLIENT", "TRACKING"}, "-ERR wrong number of arguments for 'client|tracking' command\r\n"},
+		{[]string{"CLIENT", "TRACKING", "OFF", "PREFIX", "p"}, "+OK\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "OPTIN"}, "+OK\r\n"},
+		{[]string{"CLIENT", "CACHING", "NO"}, "-" + ErrCachingNo + "\r\n"},
+		{[]string{"CLIENT", "CACHING", "maybe"}, "-" + ErrSyntax + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "OPTOUT"}, "-" + ErrTrackOptSwitch + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "BCAST"}, "-" + ErrTrackBcastSwitch + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "OFF"}, "+OK\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "OPTOUT"}, "+OK\r\n"},
+		{[]string{"CLIENT", "CACHING", "YES"}, "-" + ErrCachingYes + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "OFF"}, "+OK\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "ab", "PREFIX", "cd"}, "+OK\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a"}, "-ERR Prefix 'a' overlaps with an existing prefix 'ab'. Prefixes for a single client must not overlap.\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "ab"}, "-ERR Prefix 'ab' overlaps with an existing prefix 'ab'. Prefixes for a single client must not overlap.\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON"}, "-" + ErrTrackBcastSwitch + "\r\n"},
+		{[]string{"CLIENT", "CACHING", "YES"}, "-" + ErrCachingYes + "\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "x"}, "+OK\r\n"},
+	}
+	for _, tc := range cases {
+		assert.Equal(t, tc.want, h.cmd(tc.args...), "%q", tc.args)
+	}
+	assert.Equal(t, "*6\r\n$5\r\nflags\r\n*2\r\n$2\r\non\r\n$5\r\nbcast\r\n$8\r\nredirect\r\n:0\r\n$8\r\nprefixes\r\n*3\r\n$2\r\nab\r\n$2\r\ncd\r\n$1\r\nx\r\n",
+		h.cmd("CLIENT", "TRACKINGINFO"))
+}
+
+// TestTrackingInfo: CLIENT TRACKINGINFO and GETREDIR in both protocols,
+// and CLIENT LIST's flags and redir.
+func TestTrackingInfo(t *testing.T) {
+	h := newHarness(t, Config{})
+	off2 := "*6\r\n$5\r\nflags\r\n*1\r\n$3\r\noff\r\n$8\r\nredirect\r\n:-1\r\n$8\r\nprefixes\r\n*0\r\n"
+	assert.Equal(t, off2, h.cmd("CLIENT", "TRACKINGINFO"))
+	assert.Equal(t, ":-1\r\n", h.cmd("CLIENT", "GETREDIR"))
+	assert.Contains(t, h.cmd("CLIENT", "INFO"), " flags=N ")
+	assert.Contains(t, h.cmd("CLIENT", "INFO"), " redir=-1 ")
+
+	h.cmd("CLIENT", "TRACKING", "ON", "OPTIN", "NOLOOP")
+	h.cmd("CLIENT", "CACHING", "YES")
+	assert.Equal(t, "*6\r\n$5\r\nflags\r\n*4\r\n$2\r\non\r\n$5\r\noptin\r\n$11\r\ncaching-yes\r\n$6\r\nnoloop\r\n$8\r\nredirect\r\n:0\r\n$8\r\nprefixes\r\n*0\r\n",
+		h.cmd("CLIENT", "TRACKINGINFO"))
+	assert.Equal(t, ":0\r\n", h.cmd("CLIENT", "GETREDIR"))
+	assert.Contains(t, h.cmd("CLIENT", "INFO"), " flags=t ")
+
+	h.cmd("HELLO", "3")
+	assert.Equal(t, "%3\r\n$5\r\nflags\r\n~3\r\n$2\r\non\r\n$5\r\noptin\r\n$6\r\nnoloop\r\n$8\r\nredirect\r\n:0\r\n$8\r\nprefixes\r\n*0\r\n",
+		h.cmd("CLIENT", "TRACKINGINFO"), "the CACHING flag went with the HELLO")
+
+	// REDIRECT to another client; BCAST shows B.
+	other := h.srv.NewClient(nil, nil)
+	h.cmd("CLIENT", "TRACKING", "OFF")
+	require.Equal(t, "+OK\r\n", h.cmd("CLIENT", "TRACKING", "ON", "BCAST", "REDIRECT", strconv.FormatInt(other.ID, 10)))
+	assert.Equal(t, ":"+strconv.FormatInt(other.ID, 10)+"\r\n", h.cmd("CLIENT", "GETREDIR"))
+	info := h.cmd("CLIENT", "INFO")
+	assert.Contains(t, info, " flags=tB ")
+	assert.Contains(t, info, " redir="+strconv.FormatInt(other.ID, 10)+" ")
+	h.cmd("CLIENT", "TRACKING", "OFF")
+	assert.Contains(t, h.cmd("CLIENT", "INFO"), " flags=N ")
+	assert.Nil(t, h.srv.bcast.cur.Load(), "no BCAST client left")
+}
+
+// TestTrackingRemembers: which reads are remembered in each mode, and that
+// each remembered key is told once.
+func TestTrackingRemembers(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := pushes(h)
+	writer := h.srv.NewClient(nil, nil)
+	write := func(keys ...string) {
+		for _, k := range keys {
+			var out Out
+			h.srv.Exec(writer, [][][]byte{{[]byte("CL.THROTTLE"), []byte(k), []byte("100"), []byte("100"), []byte("60")}}, &out)
+			require.True(t, strings.HasPrefix(string(out.B), "*5\r\n:0\r\n"), string(out.B))
+		}
+	}
+	h.cmd("HELLO", "3")
+	h.cmd("CLIENT", "TRACKING", "ON")
+	// Read-only commands with keys are remembered, in a pipeline too.
+	h.do([]string{"GET", "a"}, []string{"EXISTS", "b", "c"}, []string{"PTTL", "d"}, []string{"TYPE", "e"}, []string{"CL.PEEK", "f", "1", "1", "1"})
+	assert.EqualValues(t, 6, h.srv.trackedKeys.Load())
+	write("a", "b", "c", "d", "e", "f", "a")
+	assert.Equal(t, []string{invalidate("a"), invalidate("b"), invalidate("c"), invalidate("d"), invalidate("e"), invalidate("f")}, p.take())
+	assert.EqualValues(t, 0, h.srv.trackedKeys.Load())
+
+	// A write (CL.THROTTLE) remembers nothing.
+	h.cmd("CL.THROTTLE", "w", "1", "1", "1")
+	write("w")
+	assert.Empty(t, p.take())
+
+	// OFF withdraws the registrations.
+	h.cmd("GET", "x")
+	h.cmd("CLIENT", "TRACKING", "OFF")
+	assert.EqualValues(t, 0, h.srv.trackedKeys.Load())
+	write("x")
+	assert.Empty(t, p.take())
+
+	// A client's close withdraws them too.
+	h.cmd("CLIENT", "TRACKING", "ON")
+	h.cmd("GET", "y")
+	assert.EqualValues(t, 1, h.srv.trackedKeys.Load())
+	h.c.Close()
+	assert.EqualValues(t, 0, h.srv.trackedKeys.Load())
+}
+
+// TestTrackingMaxKeys: past TrackingMaxKeys a read key is not remembered
+// but invalidated at once, so nothing is cached past the bound.
+func TestTrackingMaxKeys(t *testing.T) {
+	h := newHarness(t, Config{TrackingMaxKeys: 2})
+	p := pushes(h)
+	h.cmd("HELLO", "3")
+	h.cmd("CLIENT", "TRACKING", "ON")
+	h.do([]string{"GET", "a"}, []string{"GET", "b"}, []string{"GET", "a"})
+	assert.Empty(t, p.take())
+	h.cmd("GET", "c")
+	assert.Equal(t, []string{invalidate("c")}, p.take())
+	assert.EqualValues(t, 2, h.srv.trackedKeys.Load())
+}
+
+// TestTrackingRESP2: a RESP2 client with no redirect is tracked but gets
+// no pushes (RESP2 has none), as in Redis.
+func TestTrackingRESP2(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := pushes(h)
+	h.cmd("CLIENT", "TRACKING", "ON")
+	h.cmd("GET", "a")
+	h.cmd("CL.THROTTLE", "a", "1", "1", "1")
+	assert.Empty(t, p.take())
+	h.cmd("FLUSHALL")
+	assert.Empty(t, p.take())
+}
