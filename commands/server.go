@@ -173,6 +173,7 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 				}
 			}
 		}
+		s.table["exec"].Slow = true // it may hold writes
 	}
 	s.slowLens = s.table.slowLens()
 	if err := s.initCluster(); err != nil {
@@ -274,6 +275,8 @@ type Client struct {
 	reqs   requests
 	slots  []slot
 
+	tx *txState // MULTI and WATCH (tx.go); nil until first used
+
 	// trk is the client's CLIENT TRACKING state, nil until it first
 	// switches tracking on; pusher writes push messages to the connection
 	// (SetPusher); gone is set once the client closed.
@@ -299,6 +302,7 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 		sess:    s.st.NewSession(),
 		stats:   make([]cmdStat, s.table.size()),
 	}
+	c.sess.ID = uint64(c.ID) // key listeners learn who changed a key
 	if remote != nil {
 		c.Addr = remote.String()
 		c.local = isLocal(remote)
@@ -306,7 +310,6 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 	if local != nil {
 		c.LAddr = local.String()
 	}
-	c.sess.ID = uint64(c.ID) // key listeners learn who changed a key (NOLOOP)
 	c.lastUsed.Store(time.Now().UnixNano())
 	c.fd.Store(-1)
 	c.authed.Store(s.cfg.RequirePass == "")
@@ -330,6 +333,7 @@ func isLocal(a net.Addr) bool {
 
 // Close unregisters the client, keeping its command counts for INFO.
 func (c *Client) Close() {
+	c.closeTx()
 	c.closeTracking()
 	s := c.srv
 	s.clientsMu.Lock()
@@ -543,6 +547,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.reject(cmd, ErrMisconf)
 		return
 	}
+	if c.tx != nil && c.tx.multi && s.txQueued(c, cmd, args, out) {
+		return
+	}
 	c.lastCmd.Store(cmd)
 	if c.trk != nil {
 		c.trackCommand(cmd, args)
@@ -687,6 +694,9 @@ func (s *Server) queue(cmd *Command, c *Client, args [][]byte) (e string) {
 }
 
 func (c *Client) errSlot(e string) {
+	if c.tx != nil && c.tx.multi {
+		c.tx.dirty = true // Redis's flagTransaction
+	}
 	c.slots = append(c.slots, slot{err: e})
 }
 
@@ -695,6 +705,9 @@ func (c *Client) errSlot(e string) {
 // NOAUTH, NOPERM, a redirection, MISCONF).
 func (c *Client) reject(cmd *Command, e string) {
 	c.stat(cmd).rejected.Add(1)
+	if c.tx != nil && c.tx.multi {
+		e = c.txRefused(cmd, e)
+	}
 	c.errSlot(e)
 }
 

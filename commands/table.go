@@ -166,5 +166,6 @@ func newTable() Table {
 	registerConnection(t)
 	registerServer(t)
 	registerCluster(t)
+	registerTx(t)
 	return t
 }

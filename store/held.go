@@ -63,6 +63,10 @@ func newHold(shards int) *hold {
 func (ss *Session) AddHeld(r HeldRequest) {
 	op := r.env()
 	op.req, op.key, op.keyed, op.status = r, nil, false, nil
+	if ss.inline != nil {
+		ss.runHeldInline(op)
+		return
+	}
 	if len(ss.touched) > 0 {
 		ss.runBatches()
 	}
@@ -84,14 +88,29 @@ func (ss *Session) runHeld() {
 	for _, op := range ss.held {
 		h.ids = op.req.(HeldRequest).Shards(st, h.ids)
 	}
-	st.mu.RLock()
-	if st.closed {
-		st.mu.RUnlock()
+	if !ss.park() {
 		for _, op := range ss.held {
 			op.status = ErrClosed
 		}
 		ss.resetHeld()
 		return
+	}
+	now := st.cfg.Clock.Now()
+	for _, op := range ss.held {
+		runHeldOne(op, st, now)
+	}
+	ss.unpark()
+	ss.resetHeld()
+}
+
+// park parks the shards of ss.hold.ids, ascending, and returns true with
+// the store's read lock held; false if the store is closed.
+func (ss *Session) park() bool {
+	st, h := ss.st, ss.hold
+	st.mu.RLock()
+	if st.closed {
+		st.mu.RUnlock()
+		return false
 	}
 	for _, id := range h.ids {
 		b := &h.batches[id]
@@ -103,16 +122,18 @@ func (ss *Session) runHeld() {
 	for _, id := range h.ids {
 		st.shards[id].by = ss.ID
 	}
-	now := st.cfg.Clock.Now()
-	for _, op := range ss.held {
-		runHeldOne(op, st, now)
-	}
+	return true
+}
+
+// unpark lets park's shards go and returns once every change made while
+// they were parked is as durable as a request batch's.
+func (ss *Session) unpark() {
+	h := ss.hold
 	for range h.ids {
 		h.release <- struct{}{}
 	}
 	h.wg.Wait()
-	st.mu.RUnlock()
-	ss.resetHeld()
+	ss.st.mu.RUnlock()
 }
 
 // runHeldOne runs one held request; a panic fails it alone, as a panic in

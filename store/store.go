@@ -383,7 +383,10 @@ type Session struct {
 	batches []batch
 	wg      sync.WaitGroup
 	held    []*envelope // AddHeld's requests, not run yet
-	hold    *hold       // reused by runHeld; nil until the first
+	hold    *hold       // reused by runHeld and Hold; nil until the first
+	inline  *inline     // non-nil between Hold and Release
+	// keptInline is the last Hold's state, for the next.
+	keptInline *inline
 }
 
 type batch struct {
@@ -419,6 +422,10 @@ func (ss *Session) AddTo(shard int, r Request) {
 
 func (ss *Session) queue(shard int, op *envelope) {
 	op.status = nil
+	if ss.inline != nil {
+		ss.runInline(shard, op)
+		return
+	}
 	if len(ss.held) > 0 {
 		ss.runHeld() // they were added first, so they run first
 	}
