@@ -75,9 +75,10 @@ type tracker struct {
 	// TRACKING OFF withdraws, and what counts against TrackingMaxKeys.
 	keys map[string]struct{}
 
-	// caching is CLIENT CACHING's flag for the next command; only the
-	// client's goroutine touches it.
-	caching bool
+	// caching is CLIENT CACHING's flag for the next command, spent that
+	// it ends with the command after the running EXEC; only the client's
+	// goroutine touches them.
+	caching, spent bool
 }
 
 // KeyChanged is store.KeyListener: a key this client read changed, so it
@@ -159,10 +160,15 @@ func (c *Client) SetPusher(p func(msg []byte)) { c.pusher.Store(&p) }
 
 // trackCommand is execOne's hook for a client that has ever switched
 // tracking on: it remembers the keys of a read-only command, and consumes
-// CLIENT CACHING's flag as Redis's resetClient does (kept by CLIENT
-// commands, MULTI and what runs inside a transaction, until EXEC ends).
+// CLIENT CACHING's flag as Redis's resetClient does: CLIENT commands and
+// MULTI keep it, and so does a transaction, through the commands EXEC
+// runs (a session holding its shards), until the command after EXEC.
 func (c *Client) trackCommand(cmd *Command, args [][]byte) {
 	t := c.trk
+	inExec := c.sess.Holding()
+	if t.spent && !inExec {
+		t.caching, t.spent = false, false
+	}
 	t.mu.Lock()
 	remember := t.on && !t.bcast && !(t.optin && !t.caching) && !(t.optout && t.caching)
 	t.mu.Unlock()
@@ -171,7 +177,11 @@ func (c *Client) trackCommand(cmd *Command, args [][]byte) {
 			c.remember(key)
 		}
 	}
-	if !strings.HasPrefix(cmd.Name, "client|") && !c.keepCaching(cmd) {
+	switch {
+	case inExec || strings.HasPrefix(cmd.Name, "client|") || cmd.Name == "multi":
+	case cmd.Name == "exec" && c.inMulti():
+		t.spent = true
+	case !c.inMulti() || cmd.Name == "discard":
 		t.caching = false
 	}
 }
@@ -234,7 +244,7 @@ func (c *Client) resetTracking() {
 		keys = append(keys, []byte(k))
 	}
 	t.on, t.bcast, t.optin, t.optout, t.noloop, t.broken = false, false, false, false, false, false
-	t.prefixes, t.redir, t.caching = nil, nil, false
+	t.prefixes, t.redir, t.caching, t.spent = nil, nil, false, false
 	t.mu.Unlock()
 	if wasBcast {
 		c.srv.bcast.remove(t)
@@ -625,7 +635,3 @@ func (c *Client) listFlags() string {
 	}
 	return "N"
 }
-
-// keepCaching reports whether CLIENT CACHING's flag outlives cmd: it does
-// through MULTI, as Redis keeps it while the client is in a transaction.
-func (c *Client) keepCaching(cmd *Command) bool { return cmd.Name == "multi" }

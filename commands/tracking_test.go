@@ -188,3 +188,29 @@ func TestTrackingRESP2(t *testing.T) {
 	h.cmd("FLUSHALL")
 	assert.Empty(t, p.take())
 }
+
+// TestTrackingOptinTransaction: CLIENT CACHING YES covers a whole
+// MULTI/EXEC (rueidis's DoCache sends CACHING YES, MULTI, PTTL, GET, EXEC)
+// and is spent by the command after EXEC; DISCARD spends it too.
+func TestTrackingOptinTransaction(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := pushes(h)
+	writer := h.srv.NewClient(nil, nil)
+	write := func(keys ...string) {
+		for _, k := range keys {
+			var out Out
+			h.srv.Exec(writer, [][][]byte{{[]byte("CL.THROTTLE"), []byte(k), []byte("100"), []byte("100"), []byte("60")}}, &out)
+			require.True(t, strings.HasPrefix(string(out.B), "*5\r\n:0\r\n"), string(out.B))
+		}
+	}
+	h.cmd("HELLO", "3")
+	h.cmd("CLIENT", "TRACKING", "ON", "OPTIN")
+	r := h.do([]string{"CLIENT", "CACHING", "YES"}, []string{"MULTI"}, []string{"PTTL", "a"}, []string{"GET", "b"}, []string{"EXEC"}, []string{"GET", "c"})
+	require.Equal(t, "+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-2\r\n_\r\n_\r\n", r)
+	write("c", "a", "b")
+	assert.Equal(t, []string{invalidate("a"), invalidate("b")}, p.take())
+
+	h.do([]string{"CLIENT", "CACHING", "YES"}, []string{"MULTI"}, []string{"GET", "d"}, []string{"DISCARD"}, []string{"GET", "e"})
+	write("d", "e")
+	assert.Empty(t, p.take())
+}
