@@ -249,6 +249,12 @@ func (c *Client) resetTracking() {
 	if wasBcast {
 		c.srv.bcast.remove(t)
 	}
+	if c.sess.Holding() {
+		// Inside EXEC, which holds only its keys' shards: the keys stay
+		// registered and counted (a change is told to no one) until the
+		// next TRACKING OFF or the close withdraws them.
+		return
+	}
 	// In chunks: a client may have a million keys, and the session keeps
 	// what it queued until it runs.
 	for len(keys) > 0 {

@@ -50,17 +50,28 @@ func (s *Server) pusher(gc gnet.Conn, c *conn) func(msg []byte) {
 			// It fails only once the engine stopped, when nothing is
 			// written anyway.
 			_ = gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-				s.drainPushes(gc, c)
+				if gc.Context() == c && !s.drainPushes(gc, c) {
+					_ = gc.Close()
+				}
 				return nil
 			}))
 		}
 	}
 }
 
-// drainPushes writes the queued pushes; on gc's event loop.
-func (s *Server) drainPushes(gc gnet.Conn, c *conn) {
+// drainPushes writes the queued pushes, on gc's event loop. false: the
+// client went over its output limit and must be closed.
+func (s *Server) drainPushes(gc gnet.Conn, c *conn) bool {
 	q := &c.push
 	q.mu.Lock()
+	if c.busy {
+		// A detached pipeline's replies are not written yet, and a push
+		// about a key one of them read must not come first (the client
+		// would keep the read value): detach's completion drains them.
+		q.scheduled = false
+		q.mu.Unlock()
+		return true
+	}
 	b, over := q.buf, q.over
 	q.buf, q.scheduled = nil, false
 	if cap(b) <= maxKeptPushBuffer {
@@ -68,23 +79,16 @@ func (s *Server) drainPushes(gc gnet.Conn, c *conn) {
 		q.spare = b
 	}
 	q.mu.Unlock()
-	if gc.Context() != c {
-		return // closed meanwhile
-	}
 	if over {
 		s.overOutput(c, s.cfg.OutputHard)
-		_ = gc.Close()
-		return
+		return false
 	}
 	if len(b) == 0 {
-		return
+		return true
 	}
 	if _, err := gc.Write(b); err != nil {
-		_ = gc.Close()
-		return
+		return false
 	}
 	s.exec.CountNet(0, len(b))
-	if !s.outputOK(gc, c) {
-		_ = gc.Close()
-	}
+	return s.outputOK(gc, c)
 }

@@ -862,7 +862,8 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 			if over {
 				s.overOutput(c, int64(room))
 			}
-			if werr != nil || quit || !s.outputOK(gc, c) || s.closing.Load() {
+			// Then the pushes held back while the replies were pending.
+			if werr != nil || quit || !s.outputOK(gc, c) || s.closing.Load() || !s.drainPushes(gc, c) {
 				return gc.Close()
 			}
 			if len(c.buf) > 0 && s.resume(gc, c) == gnet.Close {

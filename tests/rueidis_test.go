@@ -92,6 +92,16 @@ func TestRueidisSingleNode(t *testing.T) {
 	assert.ElementsMatch(t, []string{"on", "optin"}, flags)
 }
 
+// TestRueidisFsyncAlways: under --fsync always writes and EXEC run off
+// the event loop (detached), and DoCache's EXEC with them: the cache works
+// the same, invalidations included.
+func TestRueidisFsyncAlways(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--data-dir", t.TempDir(), "--fsync", "always")
+	c, writer := rueidisClient(t, s.Addr), rueidisClient(t, s.Addr)
+	checkRueidisCache(t, c, writer, "rl:fsync")
+}
+
 // TestRueidisCluster: rueidis with default options against a 3-node
 // cluster, on a key of each node.
 func TestRueidisCluster(t *testing.T) {

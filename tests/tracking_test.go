@@ -294,3 +294,34 @@ func TestTrackingDifferential(t *testing.T) {
 		runR3Cases(t, rc, cc, r3Exacts(seq...))
 	}
 }
+
+// TestTrackingSlowReaderDisconnected: a tracking client that does not read
+// its pushes is disconnected at the hard output limit, as Redis does,
+// instead of the server buffering them without bound; the writers and the
+// store go on.
+func TestTrackingSlowReaderDisconnected(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory", "--client-output-buffer-limit", "1mb 0 0")
+	tc, writer := resp3(t, s), s.Raw(t)
+	ok(t, tc, "CLIENT", "TRACKING", "ON", "BCAST")
+	// tc reads nothing from now on. Each write of a 4 KiB key pushes 4 KiB.
+	key := strings.Repeat("k", 4096)
+	var pipe []byte
+	for i := 0; i < 100; i++ {
+		pipe = append(pipe, encodeCommand("CL.THROTTLE", key+strconv.Itoa(i), "100", "100", "60", "1")...)
+	}
+	disconnected := func() bool {
+		info := string(writer.DoArgs("INFO", "stats"))
+		return !strings.Contains(info, "client_output_buffer_limit_disconnections:0\r\n")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !disconnected() {
+		require.True(t, time.Now().Before(deadline), "the non-reading tracking client was never disconnected")
+		writer.Send(pipe)
+		for i := 0; i < 100; i++ {
+			require.Equal(t, byte('*'), writer.ReadReply()[0])
+		}
+	}
+	assert.NotContains(t, string(writer.DoArgs("CLIENT", "LIST")), "cmd=client|tracking", "the tracking client is gone")
+	throttle(t, writer, "after")
+}
