@@ -114,6 +114,7 @@ type Server struct {
 
 	trackedKeys atomic.Int64 // keys remembered for tracking clients (TrackingMaxKeys)
 	bcast       broadcasts   // the BCAST tracking clients
+	flushing    flushers     // the sessions running a FLUSHALL or FLUSHDB
 }
 
 type serverStats struct {

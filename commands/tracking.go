@@ -92,7 +92,7 @@ func (t *tracker) KeyChanged(key []byte, by uint64) {
 	}
 	skip := !t.on || t.bcast || (t.noloop && by == uint64(t.c.ID))
 	t.mu.Unlock()
-	if !skip {
+	if !skip && !t.c.srv.flushing.has(by) {
 		t.invalidate(key, false)
 	}
 }
@@ -527,9 +527,55 @@ func clientTrackingInfo(c *Client, w *Out, _ [][]byte) {
 	}
 }
 
-// trackingFlushed tells every tracking client that all keys changed (a
-// FLUSHALL or FLUSHDB), with the null invalidation Redis sends, and
-// forgets what they read: the flush told the shards' registrations.
+// trackFlush runs flush (FLUSHALL's or FLUSHDB's, for c) and tells every
+// tracking client that all keys changed, with the one null invalidation
+// Redis sends: the keys the flush removes are forgotten without a push each.
+func (s *Server) trackFlush(c *Client, flush func()) {
+	s.flushing.begin(uint64(c.ID))
+	defer s.flushing.end(uint64(c.ID))
+	flush()
+	s.trackingFlushed()
+}
+
+// flushers are the sessions running a flush (their changes are told by
+// trackFlush's null invalidation). A flush's session runs nothing else
+// meanwhile: FLUSHALL runs after the requests queued before it.
+type flushers struct {
+	n   atomic.Int32 // len(ids), checked first: flushes are rare
+	mu  sync.Mutex
+	ids map[uint64]int
+}
+
+func (f *flushers) begin(id uint64) {
+	f.mu.Lock()
+	if f.ids == nil {
+		f.ids = map[uint64]int{}
+	}
+	f.ids[id]++
+	f.n.Store(int32(len(f.ids)))
+	f.mu.Unlock()
+}
+
+func (f *flushers) end(id uint64) {
+	f.mu.Lock()
+	if f.ids[id]--; f.ids[id] <= 0 {
+		delete(f.ids, id)
+	}
+	f.n.Store(int32(len(f.ids)))
+	f.mu.Unlock()
+}
+
+// has reports whether session id is running a flush.
+func (f *flushers) has(id uint64) bool {
+	if id == 0 || f.n.Load() == 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ids[id] > 0
+}
+
+// trackingFlushed sends every tracking client the null invalidation.
 func (s *Server) trackingFlushed() {
 	s.clientsMu.Lock()
 	var ts []*tracker

@@ -214,3 +214,25 @@ func TestTrackingOptinTransaction(t *testing.T) {
 	write("d", "e")
 	assert.Empty(t, p.take())
 }
+
+// TestTrackingFlush: FLUSHALL tells a tracking client once, with the null
+// invalidation, not once per key it read; those keys are forgotten.
+func TestTrackingFlush(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := pushes(h)
+	h.cmd("HELLO", "3")
+	h.cmd("CL.THROTTLE", "a", "1", "1", "1")
+	h.cmd("CL.THROTTLE", "b", "1", "1", "1")
+	h.cmd("CLIENT", "TRACKING", "ON")
+	h.do([]string{"GET", "a"}, []string{"GET", "b"}, []string{"GET", "missing"})
+	writer := h.srv.NewClient(nil, nil)
+	var out Out
+	h.srv.Exec(writer, [][][]byte{{[]byte("FLUSHALL")}}, &out)
+	require.Equal(t, "+OK\r\n", string(out.B))
+	assert.Equal(t, []string{string(appendInvalidate(nil, nil, true))}, p.take())
+	assert.EqualValues(t, 1, h.srv.trackedKeys.Load(), "only the missing key is still registered")
+	h.cmd("CL.THROTTLE", "a", "1", "1", "1")
+	assert.Empty(t, p.take())
+	h.cmd("CL.THROTTLE", "missing", "1", "1", "1")
+	assert.Equal(t, []string{invalidate("missing")}, p.take())
+}

@@ -219,9 +219,13 @@ func TestTrackingFlushall(t *testing.T) {
 	ok(t, bc, "CLIENT", "TRACKING", "ON", "BCAST")
 	throttle(t, other, "x")
 	assert.Equal(t, invalidation("x"), string(bc.ReadReply()))
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "x")[0])
 	ok(t, other, "FLUSHALL")
+	// One null push each, not one per key as well.
 	assert.Equal(t, nullInvalidation, string(tc.ReadReply()))
 	assert.Equal(t, nullInvalidation, string(bc.ReadReply()))
+	assert.Equal(t, "+PONG\r\n", string(tc.DoArgs("PING")))
+	assert.Equal(t, "+PONG\r\n", string(bc.DoArgs("PING")))
 }
 
 // requireEventually polls cond until it holds, failing after 10 s.
