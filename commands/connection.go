@@ -363,6 +363,8 @@ func clientInfo(c *Client, w *Out, _ [][]byte) { w.WriteVerbatim(c.infoLine() + 
 func clientHelp(_ *Client, w *Out, _ [][]byte) {
 	lines := []string{
 		"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"CACHING (YES|NO)", "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+		"GETREDIR", "    Return the client ID we are redirecting to when tracking is enabled.",
 		"GETNAME", "    Return the name of the current connection.",
 		"ID", "    Return the ID of the current connection.",
 		"INFO", "    Return information about the current client connection.",
@@ -372,6 +374,8 @@ func clientHelp(_ *Client, w *Out, _ [][]byte) {
 		"SETINFO <option> <value>", "    Set client meta attr. Options are:",
 		"    * LIB-NAME: the client lib name.", "    * LIB-VER: the client lib version.",
 		"SETNAME <name>", "    Assign the name <name> to the current connection.",
+		"TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]] [OPTIN] [OPTOUT] [NOLOOP]", "    Control server assisted client side caching.",
+		"TRACKINGINFO", "    Report tracking status for the current connection.",
 		"HELP", "    Print this help.",
 	}
 	writeHelp(w, lines)

@@ -95,6 +95,7 @@ func TestTrackingInfo(t *testing.T) {
 	assert.Equal(t, ":-1\r\n", h.cmd("CLIENT", "GETREDIR"))
 	assert.Contains(t, h.cmd("CLIENT", "INFO"), " flags=N ")
 	assert.Contains(t, h.cmd("CLIENT", "INFO"), " redir=-1 ")
+	assert.Contains(t, h.cmd("CLIENT", "HELP"), "+TRACKINGINFO\r\n+    Report tracking status for the current connection.\r\n")
 
 	h.cmd("CLIENT", "TRACKING", "ON", "OPTIN", "NOLOOP")
 	h.cmd("CLIENT", "CACHING", "YES")
