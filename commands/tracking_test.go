@@ -237,3 +237,92 @@ func TestTrackingFlush(t *testing.T) {
 	h.cmd("CL.THROTTLE", "missing", "1", "1", "1")
 	assert.Equal(t, []string{invalidate("missing")}, p.take())
 }
+
+// TestTrackingConcurrent: tracking clients reading, switching modes and
+// closing while writers change the same keys: no data race (under -race),
+// no deadlock, a read key changed after its read is always told, and once
+// every tracking client is gone nothing is left registered or counted.
+func TestTrackingConcurrent(t *testing.T) {
+	h := newHarness(t, Config{})
+	s := h.srv
+	run := func(c *Client, args ...string) string {
+		argv := make([][]byte, len(args))
+		for i, a := range args {
+			argv[i] = []byte(a)
+		}
+		var out Out
+		s.Exec(c, [][][]byte{argv}, &out)
+		return string(out.B)
+	}
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			c := s.NewClient(nil, nil)
+			defer c.Close()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				run(c, "CL.THROTTLE", keys[i%len(keys)], "1000", "1000", "1")
+				if i%50 == 0 {
+					run(c, "DEL", keys[(i/50)%len(keys)])
+				}
+			}
+		}()
+	}
+	var readers sync.WaitGroup
+	for r := 0; r < 4; r++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for round := 0; round < 20; round++ {
+				c := s.NewClient(nil, nil)
+				p := &pushLog{}
+				c.SetPusher(p.push)
+				run(c, "HELLO", "3")
+				if round%3 == 0 {
+					run(c, "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "k1", "PREFIX", "k2")
+				} else {
+					run(c, "CLIENT", "TRACKING", "ON", "NOLOOP")
+				}
+				for i, k := range keys {
+					run(c, "GET", k)
+					if i == 4 && round%2 == 0 {
+						run(c, "CLIENT", "TRACKING", "OFF")
+						run(c, "CLIENT", "TRACKING", "ON")
+					}
+				}
+				if round%3 != 0 {
+					// A key this client read, changed after the read, is told.
+					run(c, "GET", "k7")
+					before := len(p.take())
+					run(c, "CL.THROTTLE", "k7", "1000", "1000", "1") // NOLOOP: the client's own write is not told
+					w := s.NewClient(nil, nil)
+					run(c, "GET", "k7")
+					// A change whether k7 exists (DEL) or not (a fresh key's
+					// CL.THROTTLE is allowed).
+					run(w, "DEL", "k7")
+					run(w, "CL.THROTTLE", "k7", "1000", "1000", "1")
+					w.Close()
+					found := false
+					for _, m := range p.take() {
+						found = found || m == invalidate("k7")
+					}
+					assert.True(t, found, "round %d: no invalidation of k7 (%d pushes before)", round, before)
+				}
+				c.Close()
+			}
+		}()
+	}
+	readers.Wait()
+	close(stop)
+	writers.Wait()
+	assert.EqualValues(t, 0, s.trackedKeys.Load(), "every tracking client closed: nothing counted")
+	assert.Nil(t, s.bcast.cur.Load())
+}
