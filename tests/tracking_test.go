@@ -329,3 +329,66 @@ func TestTrackingSlowReaderDisconnected(t *testing.T) {
 	assert.NotContains(t, string(writer.DoArgs("CLIENT", "LIST")), "cmd=client|tracking", "the tracking client is gone")
 	throttle(t, writer, "after")
 }
+
+// TestTrackingPushesDifferential: the same tracking scenario against
+// redis-server and cellserver gives the same pushes, byte for byte. Only
+// the way a key is written differs (SET there, CL.THROTTLE here).
+func TestTrackingPushesDifferential(t *testing.T) {
+	t.Parallel()
+	ref := startR3Ref(t)
+	cell := startServer(t, "--in-memory")
+	type conns struct {
+		open  func() *rawConn
+		write func(c *rawConn, key string)
+	}
+	servers := map[string]conns{
+		"redis": {func() *rawConn { return ref.Raw(t) }, func(c *rawConn, key string) {
+			require.Equal(t, "+OK\r\n", string(c.DoArgs("SET", key, "v")))
+		}},
+		"cellserver": {func() *rawConn { return cell.Raw(t) }, func(c *rawConn, key string) { throttle(t, c, key) }},
+	}
+	got := map[string][]string{}
+	for name, srv := range servers {
+		var log []string
+		open3 := func() *rawConn {
+			c := srv.open()
+			require.Equal(t, byte('%'), c.DoArgs("HELLO", "3")[0])
+			return c
+		}
+		tc, other := open3(), srv.open()
+		srv.write(other, "k")
+		log = append(log, string(tc.DoArgs("CLIENT", "TRACKING", "ON", "NOLOOP")))
+		log = append(log, string(tc.DoArgs("GET", "k"))[:1])
+		log = append(log, string(tc.DoArgs("GET", "k2")))
+		srv.write(other, "k")
+		log = append(log, string(tc.ReadReply()))
+		log = append(log, string(other.DoArgs("DEL", "k")))
+		srv.write(tc, "k2") // its own write, under NOLOOP: not told
+		srv.write(other, "k2")
+		log = append(log, string(tc.DoArgs("PING")))
+		log = append(log, string(tc.DoArgs("CLIENT", "TRACKING", "OFF")))
+
+		// BCAST, several prefixes; FLUSHALL.
+		log = append(log, string(tc.DoArgs("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "user:", "PREFIX", "ip:")))
+		srv.write(other, "other")
+		srv.write(other, "ip:1")
+		log = append(log, string(tc.ReadReply()))
+		log = append(log, string(other.DoArgs("FLUSHALL")))
+		log = append(log, string(tc.ReadReply()))
+		log = append(log, string(tc.DoArgs("CLIENT", "TRACKINGINFO")))
+		log = append(log, string(tc.DoArgs("CLIENT", "TRACKING", "OFF")))
+
+		// A redirect that goes away.
+		sink := srv.open()
+		id := clientID(t, sink)
+		log = append(log, string(tc.DoArgs("CLIENT", "TRACKING", "ON", "REDIRECT", id)))
+		log = append(log, string(tc.DoArgs("GET", "r"))[:1])
+		require.NoError(t, sink.nc.Close())
+		requireEventually(t, func() bool { return !strings.Contains(string(other.DoArgs("CLIENT", "LIST")), "id="+id+" ") })
+		srv.write(other, "r")
+		log = append(log, strings.ReplaceAll(string(tc.ReadReply()), id, "<id>"))
+		log = append(log, strings.ReplaceAll(string(tc.DoArgs("CLIENT", "TRACKINGINFO")), id, "<id>"))
+		got[name] = log
+	}
+	assert.Equal(t, got["redis"], got["cellserver"])
+}
