@@ -43,9 +43,13 @@ func registerConnection(t Table) {
 }
 
 // PING [message]
-func pingCmd(_ *Client, w *Out, args [][]byte) {
+func pingCmd(c *Client, w *Out, args [][]byte) {
 	if len(args) > 2 {
 		w.WriteError(wrongArity("ping"))
+		return
+	}
+	if c.subscribed() {
+		pingSubscribed(w, args)
 		return
 	}
 	if len(args) == 2 {
@@ -318,13 +322,12 @@ func clientSetInfo(c *Client, w *Out, args [][]byte) {
 // integer Redis's string2ll accepts.
 func clientList(c *Client, w *Out, args [][]byte) {
 	var ids map[int64]bool
-	typeNormal := true
+	typ := "" // a TYPE filter: normal, pubsub (a subscribed client's), or one no client has
 	switch {
 	case len(args) == 4 && strings.EqualFold(string(args[2]), "type"):
-		switch strings.ToLower(string(args[3])) {
-		case "normal":
-		case "master", "replica", "slave", "pubsub":
-			typeNormal = false
+		switch typ = strings.ToLower(string(args[3])); typ {
+		case "normal", "pubsub":
+		case "master", "replica", "slave":
 		default:
 			w.WriteError("ERR Unknown client type '" + cstr(args[3]) + "'")
 			return
@@ -344,14 +347,15 @@ func clientList(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	var b strings.Builder
-	if typeNormal {
-		for _, cl := range c.srv.sortedClients() {
-			if ids != nil && !ids[cl.ID] {
-				continue
-			}
-			b.WriteString(cl.infoLine())
-			b.WriteByte('\n')
+	for _, cl := range c.srv.sortedClients() {
+		if ids != nil && !ids[cl.ID] {
+			continue
 		}
+		if typ != "" && typ != cl.clientType() {
+			continue
+		}
+		b.WriteString(cl.infoLine())
+		b.WriteByte('\n')
 	}
 	w.WriteVerbatim(b.String())
 }
@@ -403,6 +407,6 @@ func (c *Client) infoLine() string {
 		cmd = lc.Name
 	}
 	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s",
-		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, c.listFlags(), cmd, c.user(), c.trackingRedir(), c.Proto(), lib, ver)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=%d psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, c.listFlags(), c.nsubs.Load(), cmd, c.user(), c.trackingRedir(), c.Proto(), lib, ver)
 }

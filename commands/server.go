@@ -284,6 +284,14 @@ type Client struct {
 	trk    *tracker
 	pusher atomic.Pointer[func([]byte)]
 	gone   atomic.Bool
+	// subs are the channels the client subscribed to (pubsub.go), only
+	// touched by its goroutine; nsubs counts them and subInvalidate says
+	// whether __redis__:invalidate is one, for other goroutines.
+	subs          map[string]struct{}
+	nsubs         atomic.Int32
+	subInvalidate atomic.Bool
+	// hooked: the client tracks or subscribed, so execOne calls hooks.
+	hooked bool
 }
 
 type slot struct {
@@ -551,10 +559,16 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if c.tx != nil && c.tx.multi && s.txQueued(c, cmd, args, out) {
 		return
 	}
-	c.lastCmd.Store(cmd)
-	if c.trk != nil {
-		c.trackCommand(cmd, args)
+	if c.hooked {
+		if e := c.pubsubOnly(cmd); e != "" {
+			c.reject(cmd, e)
+			return
+		}
+		if c.trk != nil {
+			c.trackCommand(cmd, args)
+		}
 	}
+	c.lastCmd.Store(cmd)
 	st := c.stat(cmd)
 	run := cmd.Run
 	if cmd.Many != nil && len(args) > maxKeptOps {

@@ -117,13 +117,14 @@ func (t *tracker) invalidate(key []byte, null bool) {
 		}
 	}
 	t.mu.Unlock()
-	if target.Proto() != 3 {
-		// RESP2 has no pushes; Redis sends a RESP2 redirect target a
-		// message on __redis__:invalidate only if it subscribed to it,
-		// and cellserver has no SUBSCRIBE.
-		return
+	switch {
+	case target.Proto() == 3:
+		target.push(appendInvalidate(nil, key, null))
+	case redirect != 0 && target.subInvalidate.Load():
+		// RESP2 has no pushes: a redirect target gets a Pub/Sub message
+		// if it subscribed to the channel, as in Redis.
+		target.push(appendTrackingMessage(nil, key, null, t.c.Proto()))
 	}
-	target.push(appendInvalidate(nil, key, null))
 }
 
 // appendInvalidate appends RESP3's invalidate push for key (null: the
@@ -336,6 +337,7 @@ func clientTracking(c *Client, w *Out, args [][]byte) {
 	}
 	if c.trk == nil {
 		c.trk = &tracker{c: c}
+		c.hooked = true
 	}
 	t := c.trk
 	t.mu.Lock()
@@ -682,7 +684,7 @@ func (b *broadcasts) KeyChanged(key []byte, by uint64) {
 
 // listFlags is CLIENT LIST's flags: N when none is set, as Redis's.
 func (c *Client) listFlags() string {
-	if f := c.trackingFlags(); f != "" {
+	if f := c.pubsubFlags() + c.trackingFlags(); f != "" {
 		return f
 	}
 	return "N"

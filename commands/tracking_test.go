@@ -326,3 +326,39 @@ func TestTrackingConcurrent(t *testing.T) {
 	assert.EqualValues(t, 0, s.trackedKeys.Load(), "every tracking client closed: nothing counted")
 	assert.Nil(t, s.bcast.cur.Load())
 }
+
+// TestTrackingRedirectRESP2: a RESP2 redirect target is sent Pub/Sub
+// messages only while subscribed to __redis__:invalidate.
+func TestTrackingRedirectRESP2(t *testing.T) {
+	h := newHarness(t, Config{})
+	sink := h.srv.NewClient(nil, nil)
+	p := &pushLog{}
+	sink.SetPusher(p.push)
+	run := func(c *Client, args ...string) string {
+		argv := make([][]byte, len(args))
+		for i, a := range args {
+			argv[i] = []byte(a)
+		}
+		var out Out
+		h.srv.Exec(c, [][][]byte{argv}, &out)
+		return string(out.B)
+	}
+	h.cmd("CLIENT", "TRACKING", "ON", "REDIRECT", strconv.FormatInt(sink.ID, 10))
+	h.cmd("GET", "a")
+	h.cmd("CL.THROTTLE", "a", "1", "1", "1")
+	assert.Empty(t, p.take(), "not subscribed: nothing")
+
+	require.Equal(t, "*3\r\n$9\r\nsubscribe\r\n$20\r\n__redis__:invalidate\r\n:1\r\n", run(sink, "SUBSCRIBE", "__redis__:invalidate"))
+	assert.Contains(t, run(h.c, "CLIENT", "LIST", "TYPE", "pubsub"), " flags=P ")
+	h.cmd("GET", "a")
+	h.cmd("CL.THROTTLE", "a", "1", "1", "1")
+	h.cmd("FLUSHALL")
+	assert.Equal(t, []string{"*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$1\r\na\r\n", "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n$-1\r\n"}, p.take())
+
+	assert.Equal(t, "-ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n", run(sink, "GET", "a"))
+	run(sink, "UNSUBSCRIBE")
+	h.cmd("GET", "a")
+	h.cmd("CL.THROTTLE", "a", "1", "1", "1")
+	assert.Empty(t, p.take())
+	assert.Equal(t, "$-1\r\n", run(sink, "GET", "nope"))
+}

@@ -392,3 +392,62 @@ func TestTrackingPushesDifferential(t *testing.T) {
 	}
 	assert.Equal(t, got["redis"], got["cellserver"])
 }
+
+// TestPubsubDifferential: SUBSCRIBE, UNSUBSCRIBE, the RESP2 Pub/Sub
+// context's refusals and PING, and a RESP2 redirect target's invalidation
+// messages on __redis__:invalidate, byte for byte as redis-server's.
+func TestPubsubDifferential(t *testing.T) {
+	t.Parallel()
+	ref := startR3Ref(t)
+	cell := startServer(t, "--in-memory")
+	type step struct {
+		args    []string
+		replies int
+	}
+	seq := []step{
+		{[]string{"UNSUBSCRIBE"}, 1}, {[]string{"SUBSCRIBE"}, 1},
+		{[]string{"SUBSCRIBE", "a", "b", "a"}, 3}, {[]string{"GET", "x"}, 1}, {[]string{"CLIENT", "GETNAME"}, 1},
+		{[]string{"PING"}, 1}, {[]string{"PING", "hi"}, 1},
+		{[]string{"UNSUBSCRIBE", "b", "c"}, 2}, {[]string{"UNSUBSCRIBE"}, 1}, {[]string{"UNSUBSCRIBE"}, 1},
+		{[]string{"PING"}, 1}, {[]string{"GET", "x"}, 1},
+	}
+	for _, proto := range []string{"2", "3"} {
+		var got [2][]string
+		for i, c := range []*rawConn{ref.Raw(t), cell.Raw(t)} {
+			if proto == "3" {
+				require.Equal(t, byte('%'), c.DoArgs("HELLO", "3")[0])
+			}
+			for _, st := range seq {
+				c.Send(encodeCommand(st.args...))
+				for range st.replies {
+					got[i] = append(got[i], string(c.ReadReply()))
+				}
+			}
+		}
+		assert.Equal(t, got[0], got[1], "RESP%s", proto)
+	}
+
+	// A RESP2 redirect target subscribed to __redis__:invalidate.
+	writes := []func(c *rawConn, key string){
+		func(c *rawConn, key string) { require.Equal(t, "+OK\r\n", string(c.DoArgs("SET", key, "v"))) },
+		func(c *rawConn, key string) { throttle(t, c, key) },
+	}
+	var got [2][]string
+	for i, open := range []func(*testing.T) *rawConn{ref.Raw, func(t *testing.T) *rawConn { return cell.Raw(t) }} {
+		sink, tc, other := open(t), open(t), open(t)
+		id := clientID(t, sink)
+		got[i] = append(got[i], string(sink.DoArgs("SUBSCRIBE", "__redis__:invalidate")))
+		got[i] = append(got[i], string(tc.DoArgs("CLIENT", "TRACKING", "ON", "REDIRECT", id)))
+		got[i] = append(got[i], string(tc.DoArgs("GET", "k")))
+		writes[i](other, "k")
+		got[i] = append(got[i], string(sink.ReadReply()))
+		got[i] = append(got[i], string(other.DoArgs("FLUSHALL")))
+		got[i] = append(got[i], string(sink.ReadReply()))
+		info := string(other.DoArgs("CLIENT", "LIST", "TYPE", "pubsub"))
+		got[i] = append(got[i], strconv.Itoa(strings.Count(info, "\n")), strconv.FormatBool(strings.Contains(info, "id="+id+" ")),
+			strconv.FormatBool(strings.Contains(info, " flags=P ")), strconv.FormatBool(strings.Contains(info, " sub=1 ")))
+		normal := string(other.DoArgs("CLIENT", "LIST", "TYPE", "normal"))
+		got[i] = append(got[i], strconv.FormatBool(strings.Contains(normal, "id="+id+" ")))
+	}
+	assert.Equal(t, got[0], got[1])
+}
