@@ -16,6 +16,16 @@ if ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-server >/dev/nul
   command -v redis-cli >/dev/null 2>&1 || echo "test.sh: WARNING: redis-cli not found and cannot install it; redis-cli tests will SKIP"
   command -v redis-server >/dev/null 2>&1 || echo "test.sh: WARNING: redis-server not found; the differential and bench Lua tests will SKIP"
 fi
+# redis-py drives tests/tx_test.go's TestTxRedisPy (pipeline() is MULTI/EXEC);
+# Debian's python3-redis puts it in the system python3.
+if ! /usr/bin/python3 -c 'import redis' >/dev/null 2>&1 && ! python3 -c 'import redis' >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing python3-redis (redis-py)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-redis >/dev/null || true
+  fi
+  /usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || python3 -c 'import redis' >/dev/null 2>&1 ||
+    echo "test.sh: WARNING: redis-py not found and cannot install it; TestTxRedisPy will SKIP"
+fi
 # ip (iproute2) puts a client in a network namespace, so the e2e tests can
 # check what a non-loopback client may do.
 if ! command -v ip >/dev/null 2>&1; then

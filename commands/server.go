@@ -825,7 +825,7 @@ func (c *Client) recycle() {
 func statusError(reqs []store.Request) string {
 	for _, r := range reqs {
 		switch r.Status() {
-		case store.ErrPanic:
+		case store.ErrPanic, store.ErrNotHeld:
 			return ErrInternal
 		case store.ErrClosed:
 			return ErrShuttingDown

@@ -35,8 +35,10 @@ const (
 const (
 	// MaxTxCommands is the most commands a transaction queues.
 	MaxTxCommands = 65536
-	// MaxTxBytes is the most argument bytes a transaction queues.
+	// MaxTxBytes is the most argument bytes a transaction queues, each
+	// argument counting txArgCost bytes more for its bookkeeping.
 	MaxTxBytes = 64 << 20
+	txArgCost  = 24
 	// MaxWatchedKeys is the most keys a client watches at once.
 	MaxWatchedKeys = 16384
 )
@@ -116,7 +118,7 @@ func (s *Server) txQueued(c *Client, cmd *Command, args [][]byte, out *Out) bool
 	for _, a := range args {
 		n += len(a)
 	}
-	if len(tx.cmds) >= MaxTxCommands || tx.bytes+n > MaxTxBytes {
+	if len(tx.cmds) >= MaxTxCommands || tx.bytes+n+len(args)*txArgCost > MaxTxBytes {
 		c.reject(cmd, errTxTooLarge)
 		tx.dropQueue() // EXEC aborts: nothing need be kept
 		return true
@@ -133,7 +135,7 @@ func (s *Server) txQueued(c *Client, cmd *Command, args [][]byte, out *Out) bool
 		cp[i] = buf[len(buf)-len(a) : len(buf) : len(buf)]
 	}
 	tx.cmds = append(tx.cmds, txCmd{cmd: cmd, args: cp})
-	tx.bytes += n
+	tx.bytes += n + len(args)*txArgCost
 	return true
 }
 

@@ -50,6 +50,8 @@ func TestTxRawReplies(t *testing.T) {
 			"+OK\r\n-ERR unknown command 'NOPE', with args beginning with: \r\n-EXECABORT Transaction discarded because of previous errors.\r\n-ERR EXEC without MULTI\r\n"},
 		{"quit runs at once", [][]string{{"MULTI"}, {"QUIT"}}, "+OK\r\n+OK\r\n"},
 		{"unwatch is queued", [][]string{{"WATCH", "a"}, {"MULTI"}, {"UNWATCH"}, {"EXEC"}}, "+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n"},
+		{"cl.limit, keys, scan, del", [][]string{{"MULTI"}, {"CL.LIMIT", "la", "FW", "5", "60", "AND", "lb", "FW", "5", "60"}, {"KEYS", "l*"}, {"DEL", "la", "lb", "lc"}, {"EXISTS", "la"}, {"EXEC"}},
+			"+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n*7\r\n:0\r\n:5\r\n:4\r\n:-1\r\n:40\r\n:1\r\n*2\r\n*5\r\n:0\r\n:5\r\n:4\r\n:-1\r\n:40\r\n*5\r\n:0\r\n:5\r\n:4\r\n:-1\r\n:40\r\n*2\r\n$2\r\nlb\r\n$2\r\nla\r\n:2\r\n:0\r\n"},
 		{"keyspace commands", [][]string{{"CL.THROTTLE", "a", "5", "1", "60"}, {"MULTI"}, {"DBSIZE"}, {"FLUSHALL"}, {"DBSIZE"}, {"EXEC"}},
 			"*5\r\n:0\r\n:6\r\n:5\r\n:-1\r\n:60\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n:1\r\n+OK\r\n:0\r\n"},
 	}
@@ -192,7 +194,7 @@ func TestTxBound(t *testing.T) {
 	h.cmd("MULTI")
 	big := strings.Repeat("x", 1<<20)
 	for range MaxTxBytes >> 20 {
-		require.Equal(t, "+QUEUED\r\n", h.cmd("ECHO", big[:len(big)-8]))
+		require.Equal(t, "+QUEUED\r\n", h.cmd("ECHO", big[:len(big)-64]))
 	}
 	assert.Equal(t, "-"+errTxTooLarge+"\r\n", h.cmd("ECHO", big))
 	assert.Equal(t, "-"+ErrExecAbort+"\r\n", h.cmd("EXEC"))

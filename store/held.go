@@ -7,7 +7,7 @@ import (
 
 // HeldRequest is a request whose keys may live on several shards and that
 // must still be atomic and isolated: a CL.LIMIT naming keys of different
-// shards, later a MULTI/EXEC. A Session runs it with every shard it names
+// shards (MULTI/EXEC parks shards the same way: Session.Hold). A Session runs it with every shard it names
 // parked (see Session.AddHeld), so its implementations read and write the
 // shards' tables from the session's goroutine as if they were their owner.
 type HeldRequest interface {

@@ -16,8 +16,11 @@
 // one key (ThrottleReq, GetReq, DelReq, ExistsReq, PTTLReq, TypeReq,
 // PeekReq, InspectReq: Session.Add), on a shard (DBSizeReq, FlushReq,
 // ScanReq, KeysReq and the cluster's slot requests: Session.AddTo), or on
-// several keys of one shard (LimitReq: AddTo, or Store.RunHeld across
-// shards).
+// several keys of one shard (LimitReq: AddTo, or Session.AddHeld across
+// shards). Session.Hold parks several shards for a transaction (MULTI/EXEC):
+// what is added until Release runs at once, isolated from every other
+// session. Key listeners (KeyListener, InterestReq) learn that a key
+// changed (WATCH, CLIENT TRACKING).
 //
 // Keys map to shards by their Redis Cluster hash slot, so keys that share a
 // {hash tag} share an owner.
