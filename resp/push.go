@@ -25,8 +25,9 @@ type pushes struct {
 }
 
 // maxKeptPushBuffer is the push buffer capacity a connection keeps between
-// drains.
-const maxKeptPushBuffer = 64 << 10
+// drains: a few invalidations' worth, as most drains carry one or two; ten
+// thousand tracking clients then keep at most 40 MiB.
+const maxKeptPushBuffer = 4 << 10
 
 // pusher returns the function the command layer calls to push msg to gc.
 func (s *Server) pusher(gc gnet.Conn, c *conn) func(msg []byte) {
