@@ -119,7 +119,7 @@ func (t *tracker) invalidate(key []byte, null bool) {
 	t.mu.Unlock()
 	switch {
 	case target.Proto() == 3:
-		target.push(appendInvalidate(nil, key, null))
+		target.push(appendInvalidate(nil, key, null, t.c.Proto()))
 	case redirect != 0 && target.subInvalidate.Load():
 		// RESP2 has no pushes: a redirect target gets a Pub/Sub message
 		// if it subscribed to the channel, as in Redis.
@@ -128,10 +128,14 @@ func (t *tracker) invalidate(key []byte, null bool) {
 }
 
 // appendInvalidate appends RESP3's invalidate push for key (null: the
-// null that tells of a flush).
-func appendInvalidate(dst, key []byte, null bool) []byte {
+// null that tells of a flush, in the tracking client's protocol proto, as
+// Redis writes it even to a RESP3 redirect target).
+func appendInvalidate(dst, key []byte, null bool, proto int) []byte {
 	dst = append(dst, ">2\r\n$10\r\ninvalidate\r\n"...)
 	if null {
+		if proto != 3 {
+			return append(dst, "$-1\r\n"...)
+		}
 		return append(dst, "_\r\n"...)
 	}
 	dst = append(dst, "*1\r\n$"...)

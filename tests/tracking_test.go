@@ -388,6 +388,13 @@ func TestTrackingPushesDifferential(t *testing.T) {
 		srv.write(other, "r")
 		log = append(log, strings.ReplaceAll(string(tc.ReadReply()), id, "<id>"))
 		log = append(log, strings.ReplaceAll(string(tc.DoArgs("CLIENT", "TRACKINGINFO")), id, "<id>"))
+
+		// A RESP2 client redirecting to a RESP3 one: the flush's null is
+		// written as RESP2's.
+		sink3, tc2 := open3(), srv.open()
+		log = append(log, string(tc2.DoArgs("CLIENT", "TRACKING", "ON", "REDIRECT", clientID(t, sink3))))
+		log = append(log, string(other.DoArgs("FLUSHALL")))
+		log = append(log, string(sink3.ReadReply()))
 		got[name] = log
 	}
 	assert.Equal(t, got["redis"], got["cellserver"])
