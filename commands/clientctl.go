@@ -276,7 +276,12 @@ func clientReply(c *Client, w *Out, args [][]byte) {
 // flags is the client's flags field in CLIENT LIST, Redis 7.2's letters
 // in its order (MULTI's x and tracking's t come before e).
 func (c *Client) flags() string {
-	var b []byte
+	// Redis's order (getClientInfoString): P x t R B ... e T.
+	b := []byte(c.pubsubFlags())
+	if c.multiN.Load() >= 0 {
+		b = append(b, 'x')
+	}
+	b = append(b, c.trackingFlags()...)
 	if c.noEvict.Load() {
 		b = append(b, 'e')
 	}
@@ -421,10 +426,11 @@ func (s *Server) killClients(c *Client, f *killFilter) int {
 // (authenticated only if it needs no password), replies on, NO-EVICT and
 // NO-TOUCH off.
 func resetCmd(c *Client, w *Out, _ [][]byte) {
-	// Merge point for the MULTI and CLIENT TRACKING helpers (issue #17):
-	// RESET discards a transaction and turns tracking off.
+	// It also discards the transaction, switches tracking off and ends
+	// the subscriptions.
 	c.resetTx()
-	// TODO(merge): c.resetTracking()
+	c.resetTracking()
+	c.resetPubsub()
 	c.mu.Lock()
 	c.name = ""
 	c.mu.Unlock()

@@ -34,14 +34,22 @@ func registerConnection(t Table) {
 				{Name: "client|list", Arity: -2, Run: clientList, Summary: "Lists open connections.", Since: "2.4.0"},
 				{Name: "client|info", Arity: 2, Run: clientInfo, Summary: "Returns information about the connection.", Since: "6.2.0"},
 				{Name: "client|help", Arity: 2, Run: clientHelp, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
+				{Name: "client|tracking", Arity: -3, Run: clientTracking, Summary: "Controls server-assisted client-side caching for the connection.", Since: "6.0.0"},
+				{Name: "client|caching", Arity: 3, Run: clientCaching, Summary: "Instructs the server whether to track the keys in the next request.", Since: "6.0.0"},
+				{Name: "client|getredir", Arity: 2, Run: clientGetRedir, Summary: "Returns the client ID to which the connection's tracking notifications are redirected.", Since: "6.0.0"},
+				{Name: "client|trackinginfo", Arity: 2, Run: clientTrackingInfo, Summary: "Returns information about server-assisted client-side caching for the connection.", Since: "6.2.0"},
 			}, clientCtlSubcommands()...)},
 	)
 }
 
 // PING [message]
-func pingCmd(_ *Client, w *Out, args [][]byte) {
+func pingCmd(c *Client, w *Out, args [][]byte) {
 	if len(args) > 2 {
 		w.WriteError(wrongArity("ping"))
+		return
+	}
+	if c.subscribed() {
+		pingSubscribed(w, args)
 		return
 	}
 	if len(args) == 2 {
@@ -129,6 +137,11 @@ func (c *Client) login(user, pass []byte) bool {
 func (c *Client) authFailed() {
 	c.srv.stats.authDenied.Add(1)
 	c.authFails++
+	if c.sess.Holding() {
+		// Inside EXEC: not while its shards are held (execCmd pays it).
+		c.authPause += authDelay(c.authFails)
+		return
+	}
 	c.srv.sleep(authDelay(c.authFails))
 }
 
@@ -314,13 +327,12 @@ func clientSetInfo(c *Client, w *Out, args [][]byte) {
 // integer Redis's string2ll accepts.
 func clientList(c *Client, w *Out, args [][]byte) {
 	var ids map[int64]bool
-	typeNormal := true
+	typ := "" // a TYPE filter: normal, pubsub (a subscribed client's), or one no client has
 	switch {
 	case len(args) == 4 && strings.EqualFold(string(args[2]), "type"):
-		switch strings.ToLower(string(args[3])) {
-		case "normal":
-		case "master", "replica", "slave", "pubsub":
-			typeNormal = false
+		switch typ = strings.ToLower(string(args[3])); typ {
+		case "normal", "pubsub":
+		case "master", "replica", "slave":
 		default:
 			w.WriteError("ERR Unknown client type '" + cstr(args[3]) + "'")
 			return
@@ -340,14 +352,15 @@ func clientList(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	var b strings.Builder
-	if typeNormal {
-		for _, cl := range c.srv.sortedClients() {
-			if ids != nil && !ids[cl.ID] {
-				continue
-			}
-			b.WriteString(cl.infoLine())
-			b.WriteByte('\n')
+	for _, cl := range c.srv.sortedClients() {
+		if ids != nil && !ids[cl.ID] {
+			continue
 		}
+		if typ != "" && typ != cl.clientType() {
+			continue
+		}
+		b.WriteString(cl.infoLine())
+		b.WriteByte('\n')
 	}
 	w.WriteVerbatim(b.String())
 }
@@ -359,6 +372,8 @@ func clientInfo(c *Client, w *Out, _ [][]byte) { w.WriteVerbatim(c.infoLine() + 
 func clientHelp(_ *Client, w *Out, _ [][]byte) {
 	lines := []string{
 		"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"CACHING (YES|NO)", "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+		"GETREDIR", "    Return the client ID we are redirecting to when tracking is enabled.",
 		"GETNAME", "    Return the name of the current connection.",
 		"ID", "    Return the ID of the current connection.",
 		"INFO", "    Return information about the current client connection.",
@@ -382,6 +397,8 @@ func clientHelp(_ *Client, w *Out, _ [][]byte) {
 		"SETNAME <name>", "    Assign the name <name> to the current connection.",
 		"NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
 		"NO-TOUCH (ON|OFF)", "    Will not touch LRU/LFU stats when this mode is on.",
+		"TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]] [OPTIN] [OPTOUT] [NOLOOP]", "    Control server assisted client side caching.",
+		"TRACKINGINFO", "    Report tracking status for the current connection.",
 		"HELP", "    Print this help.",
 	}
 	writeHelp(w, lines)
@@ -409,6 +426,6 @@ func (c *Client) infoLine() string {
 		cmd = lc.Name
 	}
 	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s",
-		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, c.flags(), cmd, c.user(), c.Proto(), lib, ver)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=%d psub=0 ssub=0 multi=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, c.flags(), c.nsubs.Load(), c.multiN.Load(), cmd, c.user(), c.trackingRedir(), c.Proto(), lib, ver)
 }

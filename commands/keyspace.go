@@ -386,6 +386,6 @@ func flushCmd(c *Client, w *Out, args [][]byte) {
 		w.WriteError(ErrSyntax)
 		return
 	}
-	everyShard[store.FlushReq](c, &c.reqs.flush, nil)
+	c.srv.trackFlush(c, func() { everyShard[store.FlushReq](c, &c.reqs.flush, nil) })
 	w.WriteOK()
 }

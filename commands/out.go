@@ -32,6 +32,11 @@ type Out struct {
 	// drops the client (Redis's client-output-buffer-limit). A command's own
 	// reply may take it past Limit; the next command does not run.
 	Limit int
+	// Room, if positive, is what the client's hard output limit leaves:
+	// replies past it are never written (the wire layer drops the client),
+	// so a command that must run on regardless (a transaction's) may drop
+	// them instead of holding them (see OverRoom).
+	Room int
 	// Proto is 3 for RESP3; anything else (2, or 0 in the zero value) is
 	// RESP2.
 	Proto int
@@ -45,6 +50,9 @@ type outRef struct {
 
 // bigRef is the size from which WriteBulkRef references instead of copying.
 const bigRef = 64 << 10
+
+// OverRoom reports whether the replies went past Room.
+func (o *Out) OverRoom() bool { return o.Room > 0 && o.Len() > o.Room }
 
 // Exceeded reports whether the replies went past Limit.
 func (o *Out) Exceeded() bool { return o.Limit > 0 && o.Len() > o.Limit }

@@ -76,6 +76,11 @@ type Config struct {
 	// LatencyMonitorThreshold is the latency monitor's threshold in ms
 	// (Redis's latency-monitor-threshold); 0, the default, is off.
 	LatencyMonitorThreshold int64
+	// TrackingMaxKeys bounds the keys tracking clients have read and not
+	// yet been told of (CLIENT TRACKING; counted per client and key), as
+	// Redis's tracking-table-max-keys. Past it a read key is invalidated at
+	// once instead of remembered. Default DefaultTrackingMaxKeys.
+	TrackingMaxKeys int
 }
 
 // DefaultMaxKeyBytes is Config.MaxKeyBytes's default (64 KiB).
@@ -123,8 +128,11 @@ type Server struct {
 	hists   []cmdHist
 	ctl     clientCtl // CLIENT PAUSE (clientctl.go)
 	// MEMORY STATS's peak and startup figures.
-	memPeak  atomic.Int64
-	startMem int64
+	memPeak     atomic.Int64
+	startMem    int64
+	trackedKeys atomic.Int64 // keys remembered for tracking clients (TrackingMaxKeys)
+	bcast       broadcasts   // the BCAST tracking clients
+	flushing    flushers     // the sessions running a FLUSHALL or FLUSHDB
 }
 
 type serverStats struct {
@@ -152,6 +160,9 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 	}
 	if cfg.MaxKeyBytes == 0 {
 		cfg.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if cfg.TrackingMaxKeys <= 0 {
+		cfg.TrackingMaxKeys = DefaultTrackingMaxKeys
 	}
 	if cfg.AdminPassword != "" && cfg.AdminPassword == cfg.RequirePass {
 		return nil, errors.New("commands: the admin password must differ from the default user's (requirepass)")
@@ -181,8 +192,11 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 				}
 			}
 		}
-		s.table["exec"].Slow = true // it may hold writes
 	}
+	// EXEC waits to hold shards, may hold writes that wait for their
+	// fsync, and pays failed AUTHs' pauses: off the event loops, as a Slow
+	// command, so that a loop's other connections are not held up.
+	s.table["exec"].Slow = true
 	s.slowLens = s.table.slowLens()
 	s.hists = make([]cmdHist, s.table.size())
 	s.initDiagnostics()
@@ -286,6 +300,12 @@ type Client struct {
 	slots  []slot
 
 	tx *txState // MULTI and WATCH (tx.go); nil until first used
+	// multiN is the number of commands queued since MULTI, -1 outside
+	// MULTI, for CLIENT LIST (multi=, flag x) from other connections.
+	multiN atomic.Int32
+	// authPause is the pause owed for AUTHs that failed inside EXEC, paid
+	// once its shards are let go (authFailed).
+	authPause time.Duration
 
 	// clientctl.go's state. offLoop, replyOff, skipCur and skipNext are
 	// the pipeline goroutine's; kill is under mu.
@@ -295,6 +315,20 @@ type Client struct {
 	kill              func()
 	killPending       bool // CLIENT KILL came before SetKill
 	noEvict, noTouch  atomic.Bool
+	// trk is the client's CLIENT TRACKING state, nil until it first
+	// switches tracking on; pusher writes push messages to the connection
+	// (SetPusher); gone is set once the client closed.
+	trk    *tracker
+	pusher atomic.Pointer[func([]byte)]
+	gone   atomic.Bool
+	// subs are the channels the client subscribed to (pubsub.go), only
+	// touched by its goroutine; nsubs counts them and subInvalidate says
+	// whether __redis__:invalidate is one, for other goroutines.
+	subs          map[string]struct{}
+	nsubs         atomic.Int32
+	subInvalidate atomic.Bool
+	// hooked: the client tracks or subscribed, so execOne calls hooks.
+	hooked bool
 }
 
 // quiet reports whether the command being run gets no reply (CLIENT REPLY
@@ -329,6 +363,7 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 	}
 	c.lastUsed.Store(time.Now().UnixNano())
 	c.fd.Store(-1)
+	c.multiN.Store(-1)
 	c.authed.Store(s.cfg.RequirePass == "")
 	c.proto.Store(2)
 	s.stats.connections.Add(1)
@@ -351,6 +386,7 @@ func isLocal(a net.Addr) bool {
 // Close unregisters the client, keeping its command counts for INFO.
 func (c *Client) Close() {
 	c.closeTx()
+	c.closeTracking()
 	s := c.srv
 	s.clientsMu.Lock()
 	delete(s.clients, c.ID)
@@ -574,6 +610,15 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	}
 	if c.tx != nil && c.tx.multi && s.txQueued(c, cmd, args, out) {
 		return
+	}
+	if c.hooked {
+		if e := c.pubsubOnly(cmd); e != "" {
+			c.reject(cmd, e)
+			return
+		}
+		if c.trk != nil {
+			c.trackCommand(cmd, args)
+		}
 	}
 	c.lastCmd.Store(cmd)
 	st := c.stat(cmd)

@@ -166,6 +166,7 @@ func newTable() Table {
 	registerConnection(t)
 	registerServer(t)
 	registerCluster(t)
+	registerPubsub(t)
 	registerTx(t)
 	registerSlowlog(t)
 	registerLatency(t)

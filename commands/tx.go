@@ -39,14 +39,18 @@ const (
 	// argument counting txArgCost bytes more for its bookkeeping.
 	MaxTxBytes = 64 << 20
 	txArgCost  = 24
-	// MaxWatchedKeys is the most keys a client watches at once.
-	MaxWatchedKeys = 16384
+	// MaxWatchedKeys is the most keys a client watches at once, and
+	// MaxWatchedBytes the most bytes they hold together (each is kept by
+	// the client and by its shard).
+	MaxWatchedKeys  = 16384
+	MaxWatchedBytes = 16 << 20
 )
 
 var (
 	errTxTooLarge = "ERR transaction too large: at most " + strconv.Itoa(MaxTxCommands) +
 		" commands and " + strconv.Itoa(MaxTxBytes>>20) + " MiB of arguments"
-	errTooManyWatched = "ERR too many watched keys: at most " + strconv.Itoa(MaxWatchedKeys) + " per client"
+	errTooManyWatched = "ERR too many watched keys: at most " + strconv.Itoa(MaxWatchedKeys) + " keys and " +
+		strconv.Itoa(MaxWatchedBytes>>20) + " MiB of them per client"
 )
 
 // txState is a client's MULTI and WATCH state; a client that never used
@@ -58,8 +62,9 @@ type txState struct {
 	bytes int
 	// watched holds the watched keys (copies); w is told when one
 	// changes, on the goroutine that changed it.
-	watched map[string]struct{}
-	w       watcher
+	watched      map[string]struct{}
+	watchedBytes int // the watched keys' bytes
+	w            watcher
 }
 
 type txCmd struct {
@@ -134,7 +139,9 @@ func (s *Server) txQueued(c *Client, cmd *Command, args [][]byte, out *Out) bool
 		return true
 	}
 	s.finish(c, out) // the refusals before it
-	out.WriteString("QUEUED")
+	if !c.quiet() {  // CLIENT REPLY OFF or SKIP silences QUEUED too
+		out.WriteString("QUEUED")
+	}
 	if tx.dirty {
 		return true // EXEC aborts: nothing need be kept
 	}
@@ -146,6 +153,7 @@ func (s *Server) txQueued(c *Client, cmd *Command, args [][]byte, out *Out) bool
 	}
 	tx.cmds = append(tx.cmds, txCmd{cmd: cmd, args: cp})
 	tx.bytes += n + len(args)*txArgCost
+	c.multiN.Store(int32(len(tx.cmds)))
 	return true
 }
 
@@ -177,6 +185,7 @@ func multiCmd(c *Client, w *Out, _ [][]byte) {
 		c.tx = &txState{}
 	}
 	c.tx.multi = true
+	c.multiN.Store(0)
 	w.WriteOK()
 }
 
@@ -204,17 +213,30 @@ func watchCmd(c *Client, w *Out, args [][]byte) {
 		tx.watched = map[string]struct{}{}
 	}
 	var add []string
+	var seen map[string]struct{} // a key named twice in this WATCH counts once
+	if len(args) > 2 {
+		seen = make(map[string]struct{}, len(args)-1)
+	}
+	n := 0
 	for _, k := range args[1:] {
 		if _, ok := tx.watched[string(k)]; ok {
 			continue
 		}
-		if len(tx.watched)+len(add) >= MaxWatchedKeys {
+		if seen != nil {
+			if _, ok := seen[string(k)]; ok {
+				continue
+			}
+			seen[string(k)] = struct{}{}
+		}
+		if len(tx.watched)+len(add) >= MaxWatchedKeys || tx.watchedBytes+n+len(k) > MaxWatchedBytes {
 			w.WriteError(errTooManyWatched)
 			return
 		}
 		add = append(add, string(k))
+		n += len(k)
 	}
 	reqs := make([]store.InterestReq, len(add))
+	tx.watchedBytes += n
 	for i, k := range add {
 		tx.watched[k] = struct{}{}
 		reqs[i] = store.InterestReq{Key: []byte(k), Listener: &tx.w}
@@ -254,6 +276,7 @@ func (c *Client) unwatch(sess *store.Session) {
 		sess.Run()
 	}
 	clear(tx.watched)
+	tx.watchedBytes = 0
 	// After the withdrawals nothing can tell w any more.
 	tx.w.changed.Store(false)
 }
@@ -264,6 +287,7 @@ func (c *Client) discardTx() {
 	tx := c.tx
 	tx.multi = false
 	tx.dirty = false
+	c.multiN.Store(-1)
 	clear(tx.cmds)
 	if cap(tx.cmds) > maxKeptOps {
 		tx.cmds = nil
@@ -311,8 +335,14 @@ func execCmd(c *Client, w *Out, _ [][]byte) {
 			return
 		}
 	}
+	if s.cfg.StopWrites && tx.hasWrite() && s.st.PersistErr() != nil {
+		c.discardTx()
+		w.WriteError(execAbortBecauseOf + ErrMisconf) // EXEC is a write then, as in Redis
+		return
+	}
 	cmds := tx.cmds
 	tx.cmds, tx.multi = nil, false // the commands run as a pipeline's now
+	c.multiN.Store(-1)
 	defer func() {
 		clear(cmds)
 		if cap(cmds) <= maxKeptOps {
@@ -321,6 +351,7 @@ func execCmd(c *Client, w *Out, _ [][]byte) {
 		tx.bytes = 0
 	}()
 	sess := c.sess
+	defer c.payAuthPause() // after Release: defers run last first
 	sess.Hold(s.txShards(tx, cmds))
 	defer sess.Release() // also if a command panics: the shards must go
 	// A watched key that expired since WATCH changed (Redis 7): looking
@@ -335,11 +366,33 @@ func execCmd(c *Client, w *Out, _ [][]byte) {
 		return
 	}
 	w.WriteArray(len(cmds))
+	// Every queued command runs (the transaction is all or nothing), but
+	// once the replies pass the client's output limit the rest are
+	// dropped: the wire layer then closes the client, as Redis closes one
+	// over its hard limit, and the server never holds more than the limit
+	// and one reply for it. (The queued commands were counted in
+	// total_commands_processed when queued, as Redis counts them once.)
+	over := false
 	for i := range cmds {
+		mark := w.Len()
 		s.execOne(c, cmds[i].args, w)
+		if over {
+			s.finish(c, w)
+			w.Truncate(mark)
+		} else if w.OverRoom() {
+			s.finish(c, w)
+			over = true
+		}
 	}
 	s.finish(c, w)
-	s.stats.commands.Add(int64(len(cmds)))
+}
+
+// payAuthPause pays the pause of the AUTHs that failed inside EXEC.
+func (c *Client) payAuthPause() {
+	if d := c.authPause; d > 0 {
+		c.authPause = 0
+		c.srv.sleep(d)
+	}
 }
 
 // txShards returns the shards EXEC holds: those of the queued commands'

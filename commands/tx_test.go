@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -247,4 +248,74 @@ func TestTxShards(t *testing.T) {
 	assert.Nil(t, s.txShards(tx, []txCmd{look("CLUSTER", "GETKEYSINSLOT", "1", "1")}))
 	tx.watched = map[string]struct{}{b: {}}
 	assert.ElementsMatch(t, []int{0, 3}, s.txShards(tx, []txCmd{look("GET", a)}))
+}
+
+// Fixes from an adversarial review of transactions.
+func TestTxReviewFixes(t *testing.T) {
+	t.Run("CLIENT REPLY OFF silences QUEUED", func(t *testing.T) {
+		h := newHarness(t, Config{})
+		assert.Equal(t, "+OK\r\n+PONG\r\n", h.do([]string{"CLIENT", "REPLY", "OFF"}, []string{"MULTI"}, []string{"PING"},
+			[]string{"EXEC"}, []string{"CLIENT", "REPLY", "ON"}, []string{"PING"}))
+	})
+	t.Run("a key named twice in one WATCH counts once", func(t *testing.T) {
+		h := newHarness(t, Config{})
+		args := []string{"WATCH"}
+		for range MaxWatchedKeys + 1 {
+			args = append(args, "k")
+		}
+		assert.Equal(t, "+OK\r\n", h.do(args))
+	})
+	t.Run("watched keys are bounded in bytes", func(t *testing.T) {
+		h := newHarness(t, Config{})
+		big := strings.Repeat("x", 60<<10)
+		var err string
+		for i := 0; i < MaxWatchedBytes/len(big)+2 && err == ""; i++ {
+			if r := h.cmd("WATCH", fmt.Sprint(i, big)); r != "+OK\r\n" {
+				err = r
+			}
+		}
+		assert.Equal(t, "-"+errTooManyWatched+"\r\n", err)
+		assert.Equal(t, "+OK\r\n", h.cmd("UNWATCH"))
+		assert.Equal(t, "+OK\r\n", h.cmd("WATCH", big), "UNWATCH gives the room back")
+	})
+	t.Run("CLIENT LIST shows multi and flag x", func(t *testing.T) {
+		h := newHarness(t, Config{})
+		assert.Contains(t, h.c.infoLine(), " flags=N ")
+		assert.Contains(t, h.c.infoLine(), " multi=-1 ")
+		h.do([]string{"MULTI"}, []string{"PING"}, []string{"PING"})
+		assert.Contains(t, h.c.infoLine(), " flags=x ")
+		assert.Contains(t, h.c.infoLine(), " multi=2 ")
+		h.cmd("EXEC")
+		assert.Contains(t, h.c.infoLine(), " multi=-1 ")
+	})
+	t.Run("a failed AUTH inside EXEC pauses after the shards are let go", func(t *testing.T) {
+		h := newHarness(t, Config{RequirePass: "pw"})
+		var holding []bool
+		h.srv.sleep = func(time.Duration) { holding = append(holding, h.c.sess.Holding()) }
+		assert.Equal(t, "+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n:0\r\n",
+			h.do([]string{"AUTH", "pw"}, []string{"MULTI"}, []string{"AUTH", "bad"}, []string{"DBSIZE"}, []string{"EXEC"}))
+		assert.Equal(t, []bool{false}, holding, "one pause, paid once the shards were released")
+	})
+	t.Run("past the client's room EXEC runs every command and drops their replies", func(t *testing.T) {
+		h := newHarness(t, Config{})
+		cmds := [][]string{{"MULTI"}}
+		for i := 0; i < 50; i++ {
+			cmds = append(cmds, []string{"COMMAND", "DOCS"}, []string{"CL.THROTTLE", fmt.Sprint("room", i), "5", "1", "60"})
+		}
+		cmds = append(cmds, []string{"EXEC"})
+		var argvs [][][]byte
+		for _, c := range cmds {
+			var argv [][]byte
+			for _, a := range c {
+				argv = append(argv, []byte(a))
+			}
+			argvs = append(argvs, argv)
+		}
+		one := len(h.cmd("COMMAND", "DOCS"))
+		out := Out{Room: 3 * one}
+		h.srv.Exec(h.c, argvs, &out)
+		assert.True(t, out.OverRoom())
+		assert.Less(t, out.Len(), 5*one, "the replies past the room were dropped")
+		assert.Equal(t, ":50\r\n", h.cmd("DBSIZE"), "every command of the transaction ran")
+	})
 }

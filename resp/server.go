@@ -355,6 +355,7 @@ type conn struct {
 	// peak is the largest buffer this connection held, to give memory back
 	// to the OS when a big one leaves.
 	peak int
+	push pushes // push messages waiting for the event loop (push.go)
 }
 
 var errMaxClients = []byte("-ERR max number of clients reached\r\n")
@@ -384,6 +385,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 			return nil
 		}))
 	})
+	c.cl.SetPusher(s.pusher(gc, c))
 	gc.SetContext(c)
 	s.connsMu.Lock()
 	s.conns[c] = gc
@@ -608,7 +610,7 @@ const flushAt = 1 << 20
 func (s *Server) run(gc gnet.Conn, c *conn, cmds [][][]byte) bool {
 	for len(cmds) > 0 {
 		room := s.replyRoom(gc)
-		c.out.Limit = flushAt
+		c.out.Limit, c.out.Room = flushAt, room
 		if room > 0 && room < flushAt {
 			c.out.Limit = room
 		}
@@ -871,7 +873,8 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 			if over {
 				s.overOutput(c, int64(room))
 			}
-			if werr != nil || quit || !s.outputOK(gc, c) || s.closing.Load() {
+			// Then the pushes held back while the replies were pending.
+			if werr != nil || quit || !s.outputOK(gc, c) || s.closing.Load() || !s.drainPushes(gc, c) {
 				return gc.Close()
 			}
 			if len(c.buf) > 0 && s.resume(gc, c) == gnet.Close {

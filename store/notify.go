@@ -75,6 +75,9 @@ func (sh *shard) changed(key []byte, by uint64) {
 	if len(sh.interest) != 0 {
 		sh.fire(key, by)
 	}
+	if b := sh.bcast.Load(); b != nil {
+		b.l.KeyChanged(key, by)
+	}
 }
 
 func (sh *shard) fire(key []byte, by uint64) {
@@ -98,4 +101,22 @@ func (sh *shard) flushed(by uint64) {
 			sh.fire([]byte(k), by)
 		}
 	}
+}
+
+// Broadcast listening (CLIENT TRACKING's BCAST mode) is told of every
+// change of every key, with no registration per key. The listener sits
+// behind one pointer all shards share, nil while there is none: a store
+// without one pays a load and a nil check at each write site.
+type broadcast struct{ l KeyListener }
+
+// SetBroadcast makes l the listener told of every change of any key, on
+// the goroutine of the key's shard and with KeyListener's rules, except
+// that it is never removed by firing (nil: none). Each key a flush removes
+// is not told one by one: the caller knows of the flush.
+func (s *Store) SetBroadcast(l KeyListener) {
+	if l == nil {
+		s.bcast.Store(nil)
+		return
+	}
+	s.bcast.Store(&broadcast{l: l})
 }

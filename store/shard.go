@@ -61,6 +61,7 @@ type shard struct {
 	// running, for them.
 	interest map[string][]KeyListener
 	by       uint64
+	bcast    *atomic.Pointer[broadcast] // the store's (SetBroadcast)
 
 	// Counters read by Stats from other goroutines.
 	nkeys    atomic.Int64
@@ -82,6 +83,7 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 		slotHi: hi,
 		p:      p,
 		spare:  make(chan spareBatch, 4),
+		bcast:  new(atomic.Pointer[broadcast]), // New shares the store's instead
 		room:   make(chan struct{}, 1),
 	}
 }

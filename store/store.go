@@ -33,6 +33,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -152,7 +153,8 @@ type Store struct {
 	mu     sync.RWMutex // held shared while a Session runs; exclusively by Close
 	closed bool
 	wg     sync.WaitGroup
-	p      *persister // nil: in memory only
+	p      *persister                // nil: in memory only
+	bcast  atomic.Pointer[broadcast] // SetBroadcast's, shared by the shards
 }
 
 // New starts a store and its shard goroutines.
@@ -182,6 +184,7 @@ func New(cfg Config) (*Store, error) {
 	seed := maphash.MakeSeed()
 	for i := 0; i < cfg.Shards; i++ {
 		sh := newShard(i, seed, cfg, s.p)
+		sh.bcast = &s.bcast
 		s.shards = append(s.shards, sh)
 	}
 	if s.p != nil {
