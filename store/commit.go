@@ -117,6 +117,9 @@ type commitReq struct {
 	snap  bool   // b holds the shard's whole state (a resync)
 	// sh finished its snapshot of round, begun at log sequence number start.
 	round, start uint64
+	// group, if set, are the parts of several shards committed as one
+	// batch (see hold); the request's own fields other than wg are unused.
+	group []commitReq
 }
 
 // logBatch is a batch of records waiting to be committed.
@@ -339,35 +342,71 @@ func (p *persister) accept(reqs []commitReq) []logBatch {
 	}
 	p.failed, p.failedBytes = nil, 0
 	for _, r := range reqs {
-		if r.round != 0 && r.round == p.round {
-			p.starts[r.sh.id] = r.start
-			p.reported++
-		}
-		if r.b == nil {
+		if len(r.group) > 0 {
+			todo = p.acceptGroup(todo, r.group, cur)
 			continue
 		}
-		p.pending.Add(-r.count)
-		if p.broken {
-			_ = r.b.Close() // memory is the truth; the resync rewrites it
-			continue
-		}
-		if r.db != nil && r.db != cur {
-			p.stale(r.b, r.sh)
-			continue
-		}
-		if r.snap {
-			delete(p.needSnap, r.sh)
-		}
-		if p.needSnap[r.sh] {
-			_ = r.b.Close() // memory is the truth; the resync rewrites it
-			continue
-		}
-		todo = append(todo, logBatch{r.b, r.db, r.count, r.recs, r.sh})
+		todo = p.acceptOne(todo, r, cur)
 	}
 	if len(p.needSnap) == 0 {
 		p.resyncAsked = false
 	}
 	return todo
+}
+
+// acceptGroup accepts the parts of a grouped request as acceptOne does,
+// then merges those left into one batch, so that they reach the log
+// together or not at all.
+func (p *persister) acceptGroup(todo []logBatch, parts []commitReq, cur *pebble.DB) []logBatch {
+	from := len(todo)
+	for _, r := range parts {
+		todo = p.acceptOne(todo, r, cur)
+	}
+	if len(todo)-from < 2 {
+		return todo
+	}
+	m := cur.NewBatch()
+	var count, recs int64
+	for _, lb := range todo[from:] {
+		if err := m.Apply(lb.b, nil); err != nil {
+			_ = m.Close()
+			return todo // committed one by one: still every change, in order
+		}
+		count += lb.count
+		recs += lb.recs
+	}
+	for _, lb := range todo[from:] {
+		lb.sh.recycle(lb.b, lb.db)
+	}
+	return append(todo[:from], logBatch{b: m, db: cur, count: count, recs: recs})
+}
+
+// acceptOne accepts one request's batch into todo (see accept).
+func (p *persister) acceptOne(todo []logBatch, r commitReq, cur *pebble.DB) []logBatch {
+	if r.round != 0 && r.round == p.round {
+		p.starts[r.sh.id] = r.start
+		p.reported++
+	}
+	if r.b == nil {
+		return todo
+	}
+	p.pending.Add(-r.count)
+	if p.broken {
+		_ = r.b.Close() // memory is the truth; the resync rewrites it
+		return todo
+	}
+	if r.db != nil && r.db != cur {
+		p.stale(r.b, r.sh)
+		return todo
+	}
+	if r.snap {
+		delete(p.needSnap, r.sh)
+	}
+	if p.needSnap[r.sh] {
+		_ = r.b.Close() // memory is the truth; the resync rewrites it
+		return todo
+	}
+	return append(todo, logBatch{r.b, r.db, r.count, r.recs, r.sh})
 }
 
 // stale drops a batch of a DB since closed: its shard's changes wait for a
@@ -618,6 +657,9 @@ func (p *persister) sync() {
 // reports the error.
 func (p *persister) releaseWaiters(reqs []commitReq) {
 	for _, r := range reqs {
+		if len(r.group) > 0 {
+			p.releaseWaiters(r.group)
+		}
 		if r.sh != nil {
 			r.sh.synced.Store(r.n)
 			select { // wake a shard waiting for room (see shard.stepWaits)

@@ -42,6 +42,17 @@ type hold struct {
 	batches []batch
 	ids     []int
 	wg      sync.WaitGroup
+
+	// Under FsyncAlways a hold of several shards commits their changes as
+	// one Pebble batch, so that a crash keeps all of a cross-shard call or
+	// transaction or none of it: each shard leaves its part in parts and
+	// waits on sent until the session has handed the group to the
+	// committer (so that none of its later changes can reach the committer
+	// before the group's), and the session waits on synced.
+	group  bool
+	parts  []commitReq
+	sent   chan struct{}
+	synced sync.WaitGroup
 }
 
 func newHold(shards int) *hold {
@@ -49,6 +60,8 @@ func newHold(shards int) *hold {
 		held:    make(chan struct{}, 1),
 		release: make(chan struct{}, shards),
 		batches: make([]batch, shards),
+		parts:   make([]commitReq, shards),
+		sent:    make(chan struct{}, shards),
 	}
 }
 
@@ -112,6 +125,7 @@ func (ss *Session) park() bool {
 		st.mu.RUnlock()
 		return false
 	}
+	h.group = len(h.ids) > 1 && st.p != nil && st.p.policy == FsyncAlways
 	for _, id := range h.ids {
 		b := &h.batches[id]
 		*b = batch{wg: &h.wg, ctl: ctlHold, hold: h}
@@ -133,7 +147,28 @@ func (ss *Session) unpark() {
 		h.release <- struct{}{}
 	}
 	h.wg.Wait()
+	if h.group {
+		ss.commitGroup()
+	}
 	ss.st.mu.RUnlock()
+}
+
+// commitGroup hands the parked shards' parts to the committer as one
+// request, lets the shards go on, and waits until it is synced.
+func (ss *Session) commitGroup() {
+	h := ss.hold
+	r := commitReq{}
+	for _, id := range h.ids {
+		r.group = append(r.group, h.parts[id])
+		h.parts[id] = commitReq{}
+	}
+	h.synced.Add(1)
+	r.wg = &h.synced
+	ss.st.p.in <- r
+	for range h.ids {
+		h.sent <- struct{}{}
+	}
+	h.synced.Wait()
 }
 
 // runHeldOne runs one held request; a panic fails it alone, as a panic in
@@ -157,7 +192,16 @@ func (ss *Session) resetHeld() {
 
 // runHold is the shard's side of a hold.
 func (sh *shard) runHold(b *batch) {
-	b.hold.held <- struct{}{}
-	<-b.hold.release
-	sh.endBatch(b.wg)
+	h := b.hold
+	h.held <- struct{}{}
+	<-h.release
+	if !h.group {
+		sh.endBatch(b.wg)
+		return
+	}
+	sh.publish()
+	sh.writeDirty()
+	h.parts[sh.id] = sh.takeChanges()
+	b.wg.Done()
+	<-h.sent
 }

@@ -533,6 +533,26 @@ func (sh *shard) sendChanges(wg *sync.WaitGroup) {
 	}
 }
 
+// takeChanges is sendChanges's request for a grouped commit (a hold of
+// several shards under FsyncAlways, see hold): the shard's changes, or none
+// (then the group's sync still covers what the shard sent before).
+func (sh *shard) takeChanges() commitReq {
+	r := commitReq{sh: sh}
+	if sh.pb != nil || sh.snapDone != 0 {
+		sh.sent++
+		r = commitReq{b: sh.pb, db: sh.pbDB, count: sh.pbCount, recs: sh.pbRecs, sh: sh, n: sh.sent, snap: sh.snap}
+		if sh.snapDone != 0 {
+			r.round, r.start = sh.snapDone, sh.snapStart
+			sh.snapDone = 0
+		}
+		sh.p.pending.Add(sh.pbCount)
+		sh.pb, sh.pbCount, sh.pbRecs = nil, 0, 0
+		sh.snap = false
+	}
+	r.n = sh.sent
+	return r
+}
+
 // startSnapshot begins this shard's snapshot of a round. Every record of
 // this shard numbered before snapStart is superseded once it ends: the
 // snapshot writes each key's state as of a later number.

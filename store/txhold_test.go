@@ -190,3 +190,31 @@ func TestHoldChangesAreDurable(t *testing.T) {
 		assert.True(t, found, k)
 	}
 }
+
+// TestHoldCommitsAsOne: under FsyncAlways the changes a hold of several
+// shards made reach the log as one batch, so that a crash keeps a
+// cross-shard transaction or CL.LIMIT whole or not at all; a hold of one
+// shard commits as a request batch does.
+func TestHoldCommitsAsOne(t *testing.T) {
+	dir := t.TempDir()
+	clk := wallClock()
+	st := openPersistent(t, dir, FsyncAlways, clk, nil)
+	defer st.Close()
+	a, b := keysOnShards(t, st, 0, 3)
+	s := st.NewSession()
+	for i := 0; i < 3; i++ {
+		before := st.PersistStats()
+		s.Hold([]int{0, 3})
+		s.Add(throttleOp(a, 5, 1, 60, 1))
+		s.Add(throttleOp(b, 5, 1, 60, 1))
+		s.Release()
+		after := st.PersistStats()
+		assert.Equal(t, before.Changes+2, after.Changes, "both changes synced before Release returned")
+		assert.Equal(t, before.Commits+1, after.Commits, "in one batch")
+	}
+	before := st.PersistStats()
+	s.Hold([]int{3})
+	s.Add(throttleOp(b, 5, 1, 60, 1))
+	s.Release()
+	assert.Equal(t, before.Changes+1, st.PersistStats().Changes)
+}
