@@ -318,9 +318,11 @@ type Client struct {
 	// trk is the client's CLIENT TRACKING state, nil until it first
 	// switches tracking on; pusher writes push messages to the connection
 	// (SetPusher); gone is set once the client closed.
-	trk    *tracker
-	pusher atomic.Pointer[func([]byte)]
-	gone   atomic.Bool
+	trk *tracker
+	// trkShared is trk for other goroutines (CLIENT LIST, INFO), set once.
+	trkShared atomic.Pointer[tracker]
+	pusher    atomic.Pointer[func([]byte)]
+	gone      atomic.Bool
 	// subs are the channels the client subscribed to (pubsub.go), only
 	// touched by its goroutine; nsubs counts them and subInvalidate says
 	// whether __redis__:invalidate is one, for other goroutines.

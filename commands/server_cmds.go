@@ -413,6 +413,9 @@ func (s *Server) configParams() map[string]string {
 		"cluster-enabled":      map[bool]string{true: "yes", false: "no"}[s.clusterOn()],
 		"enable-debug-command": s.cfg.EnableDebug,
 		"proto-max-bulk-len":   "536870912",
+		// Redis's tracking-table-max-keys counts keys; here (client, key)
+		// pairs, which bound the same memory.
+		"tracking-table-max-keys": strconv.Itoa(s.cfg.TrackingMaxKeys),
 	}
 	for k, v := range s.cfg.Params {
 		m[k] = v
@@ -650,7 +653,12 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 		line("shards", s.st.NumShards())
 	case "clients":
 		s.clientsMu.Lock()
-		n := len(s.clients)
+		n, tracking := len(s.clients), 0
+		for _, cl := range s.clients {
+			if cl.tracking() {
+				tracking++
+			}
+		}
 		s.clientsMu.Unlock()
 		b.WriteString("# Clients\r\n")
 		line("connected_clients", n)
@@ -658,6 +666,7 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 			line("maxclients", v)
 		}
 		line("blocked_clients", 0)
+		line("tracking_clients", tracking)
 	case "memory":
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
@@ -714,6 +723,10 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 		line("evicted_keys", 0)
 		line("keyspace_hits", s.stats.hits.Load())
 		line("keyspace_misses", s.stats.misses.Load())
+		// Redis's tracking_total_items: the (client, key) pairs remembered.
+		// Its tracking_total_keys (distinct keys) is not kept here.
+		line("tracking_total_items", s.trackedKeys.Load())
+		line("tracking_total_prefixes", s.trackingPrefixes())
 		line("total_error_replies", s.stats.errorReplies.Load())
 		line("acl_access_denied_auth", s.stats.authDenied.Load())
 		line("acl_access_denied_cmd", s.stats.cmdDenied.Load())

@@ -341,6 +341,7 @@ func clientTracking(c *Client, w *Out, args [][]byte) {
 	}
 	if c.trk == nil {
 		c.trk = &tracker{c: c}
+		c.trkShared.Store(c.trk)
 		c.hooked = true
 	}
 	t := c.trk
@@ -449,7 +450,7 @@ func clientGetRedir(c *Client, w *Out, _ [][]byte) { w.WriteInt(c.trackingRedir(
 // trackingRedir is CLIENT GETREDIR's and CLIENT LIST's redir: -1 when not
 // tracking, else the redirect client's ID (0: none).
 func (c *Client) trackingRedir() int64 {
-	t := c.trk
+	t := c.trkShared.Load()
 	if t == nil {
 		return -1
 	}
@@ -464,7 +465,7 @@ func (c *Client) trackingRedir() int64 {
 // trackingFlags is the tracking part of CLIENT LIST's flags, Redis's t
 // (tracking), R (its redirect is gone) and B (BCAST).
 func (c *Client) trackingFlags() string {
-	t := c.trk
+	t := c.trkShared.Load()
 	if t == nil {
 		return ""
 	}
@@ -481,6 +482,26 @@ func (c *Client) trackingFlags() string {
 		f += "B"
 	}
 	return f
+}
+
+// tracking reports whether tracking is on; safe from any goroutine.
+func (c *Client) tracking() bool {
+	t := c.trkShared.Load()
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.on
+}
+
+// trackingPrefixes is INFO's tracking_total_prefixes: the distinct BCAST
+// prefixes (the empty one for a BCAST client without PREFIX), as Redis's.
+func (s *Server) trackingPrefixes() int {
+	if tb := s.bcast.cur.Load(); tb != nil {
+		return len(tb.byPrefix)
+	}
+	return 0
 }
 
 // CLIENT TRACKINGINFO

@@ -458,3 +458,31 @@ func TestPubsubDifferential(t *testing.T) {
 	}
 	assert.Equal(t, got[0], got[1])
 }
+
+// TestTrackingTableMaxKeys: --tracking-table-max-keys bounds the keys
+// remembered; CONFIG GET shows it and INFO counts the tracking clients and
+// the remembered keys; a key read past the bound is invalidated at once.
+func TestTrackingTableMaxKeys(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory", "--tracking-table-max-keys", "2")
+	tc := resp3(t, s)
+	assert.Equal(t, "%1\r\n$23\r\ntracking-table-max-keys\r\n$1\r\n2\r\n", string(tc.DoArgs("CONFIG", "GET", "tracking-table-max-keys")))
+	ok(t, tc, "CLIENT", "TRACKING", "ON")
+	for _, k := range []string{"a", "b"} {
+		throttle(t, tc, k)
+		require.Equal(t, byte('$'), tc.DoArgs("GET", k)[0])
+	}
+	info := string(tc.DoArgs("INFO", "clients"))
+	assert.Contains(t, info, "tracking_clients:1\r\n")
+	assert.Contains(t, string(tc.DoArgs("INFO", "stats")), "tracking_total_items:2\r\n")
+	throttle(t, tc, "c")
+	reply := string(tc.DoArgs("GET", "c"))
+	if reply[0] == '>' { // the push may come before or after the reply
+		assert.Equal(t, invalidation("c"), reply)
+		require.Equal(t, byte('$'), tc.ReadReply()[0])
+	} else {
+		require.Equal(t, byte('$'), reply[0])
+		assert.Equal(t, invalidation("c"), string(tc.ReadReply()), "past the bound a read key is invalidated at once")
+	}
+	assert.Contains(t, string(tc.DoArgs("INFO", "stats")), "tracking_total_items:2\r\n")
+}

@@ -64,6 +64,7 @@ type Config struct {
 	SlowlogLogSlowerThan    int64 // µs; 0 logs every command, negative none
 	SlowlogMaxLen           int64
 	LatencyMonitorThreshold int64 // ms; 0 off
+	TrackingMaxKeys         int
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -90,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	recoverCorrupt := fs.String("recover-corrupt", "no", "yes: start from a data dir whose write-ahead log is damaged or cut, with what is readable, reporting the records lost (no: refuse it, changing nothing)")
 	fs.Int64Var(&c.SlowlogLogSlowerThan, "slowlog-log-slower-than", commands.DefaultSlowlogSlowerThan, "log commands that take at least this many `microseconds` in the slow log (SLOWLOG GET): 0 logs every command, negative none (CONFIG SET changes it)")
 	fs.Int64Var(&c.SlowlogMaxLen, "slowlog-max-len", commands.DefaultSlowlogMaxLen, "how many `entries` the slow log keeps (CONFIG SET changes it)")
+	fs.IntVar(&c.TrackingMaxKeys, "tracking-table-max-keys", commands.DefaultTrackingMaxKeys, "most `keys` remembered for CLIENT TRACKING clients, counted per client and key; past it a key read is invalidated at once")
 	fs.Int64Var(&c.LatencyMonitorThreshold, "latency-monitor-threshold", 0, "record latency events (LATENCY LATEST, DOCTOR) of commands that take at least this many `milliseconds`; 0: off (CONFIG SET changes it)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n       cellserver cluster init --nodes host:port,...\n       cellserver cluster apply FILE\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
@@ -112,6 +114,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	}
 	if c.SlowlogMaxLen < 0 {
 		return c, fmt.Errorf("--slowlog-max-len must not be negative, got %d", c.SlowlogMaxLen)
+	}
+	if c.TrackingMaxKeys < 1 {
+		return c, fmt.Errorf("--tracking-table-max-keys must be at least 1, got %d", c.TrackingMaxKeys)
 	}
 	if c.LatencyMonitorThreshold < 0 {
 		return c, fmt.Errorf("--latency-monitor-threshold must not be negative, got %d", c.LatencyMonitorThreshold)
@@ -243,6 +248,7 @@ func run(cfg Config) error {
 		SlowlogLogSlowerThan:    &cfg.SlowlogLogSlowerThan,
 		SlowlogMaxLen:           &cfg.SlowlogMaxLen,
 		LatencyMonitorThreshold: cfg.LatencyMonitorThreshold,
+		TrackingMaxKeys:         cfg.TrackingMaxKeys,
 	}, st)
 	if err != nil {
 		return err
