@@ -1235,6 +1235,22 @@ func TestClusterEmulated(t *testing.T) {
 
 // clNpmInstall installs tests/ioredis's pinned dependencies into its own
 // node_modules (npm ci, from package-lock.json) unless they are there.
+// nodePackage returns node's path and the absolute path of the Node.js
+// test package pkg under tests/, its pinned npm packages installed; it
+// skips the test, loudly, without node and npm.
+func nodePackage(t *testing.T, pkg string) (node, dir string) {
+	t.Helper()
+	node, err1 := exec.LookPath("node")
+	npm, err2 := exec.LookPath("npm")
+	if err1 != nil || err2 != nil {
+		t.Skipf("!!! node/npm not installed: %s NOT RUN (apt-get install -y nodejs npm) !!!", t.Name())
+	}
+	dir, err := filepath.Abs(pkg)
+	require.NoError(t, err)
+	clNpmInstall(t, dir, npm)
+	return node, dir
+}
+
 func clNpmInstall(t *testing.T, dir, npm string) {
 	t.Helper()
 	var pkg struct {
@@ -1263,14 +1279,7 @@ func clNpmInstall(t *testing.T, dir, npm string) {
 }
 
 func TestClusterIORedis(t *testing.T) {
-	node, err1 := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err1 != nil || err2 != nil {
-		t.Skip("!!! node/npm not installed: TestClusterIORedis NOT RUN (apt-get install -y nodejs npm) !!!")
-	}
-	dir, err := filepath.Abs("ioredis")
-	require.NoError(t, err)
-	clNpmInstall(t, dir, npm)
+	node, dir := nodePackage(t, "ioredis")
 
 	emu := startServer(t, "--cluster", "emulated", "--in-memory")
 	nodes, doc := clCluster(t)

@@ -18,14 +18,7 @@ import (
 // of a cellserver cluster from one root node and routes CL.THROTTLE to each
 // key's owner when the key is given as sendCommand's firstKey.
 func TestNodeRedisCluster(t *testing.T) {
-	node, err1 := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err1 != nil || err2 != nil {
-		t.Skip("!!! node/npm not installed: TestNodeRedisCluster NOT RUN (apt-get install -y nodejs npm) !!!")
-	}
-	dir, err := filepath.Abs("noderedis")
-	require.NoError(t, err)
-	clNpmInstall(t, dir, npm)
+	node, dir := nodePackage(t, "noderedis")
 
 	nodes, doc := clCluster(t)
 	cs := clClients(t, nodes)
@@ -76,14 +69,7 @@ func TestNodeRedisCluster(t *testing.T) {
 // each command carries cmd.keys = [key] as well as cmd.slot; with the slot
 // alone ioredis sends it to a random master.
 func TestClusterIORedisPipeline(t *testing.T) {
-	node, err1 := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err1 != nil || err2 != nil {
-		t.Skip("!!! node/npm not installed: TestClusterIORedisPipeline NOT RUN (apt-get install -y nodejs npm) !!!")
-	}
-	dir, err := filepath.Abs("ioredis")
-	require.NoError(t, err)
-	clNpmInstall(t, dir, npm)
+	node, dir := nodePackage(t, "ioredis")
 	nodes, doc := clCluster(t)
 	cs := clClients(t, nodes)
 

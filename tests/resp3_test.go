@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -600,14 +599,7 @@ func TestRedisCLIRESP3(t *testing.T) {
 // RESP2: before cellserver had RESP3 it never connected.
 func TestNodeRedisRESP3(t *testing.T) {
 	t.Parallel()
-	node, err1 := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err1 != nil || err2 != nil {
-		t.Skip("!!! node/npm not installed: TestNodeRedisRESP3 NOT RUN (apt-get install -y nodejs npm) !!!")
-	}
-	dir, err := filepath.Abs("noderedis")
-	require.NoError(t, err)
-	clNpmInstall(t, dir, npm)
+	node, dir := nodePackage(t, "noderedis")
 	s := startServer(t, "--in-memory")
 	cfg := fmt.Sprintf(`{"url":"redis://%s","key":"nr:k","calls":3}`, s.Addr)
 	out, errOut, code := clRun(t, 60*time.Second, dir, node, "throttle.js", cfg)
@@ -625,7 +617,7 @@ func TestNodeRedisRESP3(t *testing.T) {
 	require.Empty(t, res.Errors)
 	require.Equal(t, [][]int64{{0, 16, 15, -1, 2}, {0, 16, 14, -1, 4}, {0, 16, 13, -1, 6}}, res.Throttle)
 	require.NotNil(t, res.Get)
-	_, err = strconv.ParseUint(*res.Get, 10, 64)
+	_, err := strconv.ParseUint(*res.Get, 10, 64)
 	require.NoError(t, err, "GET is the TAT: %q", *res.Get)
 	require.Nil(t, res.Missing, "GET of an absent key is null")
 	require.True(t, res.PTTL > 5000 && res.PTTL <= 6000, "PTTL %d", res.PTTL)

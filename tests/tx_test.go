@@ -384,14 +384,7 @@ func TestTxRedisPy(t *testing.T) {
 
 func TestTxIORedis(t *testing.T) {
 	t.Parallel()
-	node, err1 := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err1 != nil || err2 != nil {
-		t.Skip("!!! node/npm not installed: TestTxIORedis NOT DONE (apt-get install -y nodejs npm) !!!")
-	}
-	dir, err := filepath.Abs("ioredis")
-	require.NoError(t, err)
-	clNpmInstall(t, dir, npm)
+	node, dir := nodePackage(t, "ioredis")
 	s := txServer(t)
 	cfg := txClientKeys(t, "io:")
 	cfg["host"], cfg["port"] = "127.0.0.1", s.Port
@@ -406,14 +399,7 @@ func TestTxIORedis(t *testing.T) {
 
 func TestTxNodeRedis(t *testing.T) {
 	t.Parallel()
-	node, err1 := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err1 != nil || err2 != nil {
-		t.Skip("!!! node/npm not installed: TestTxNodeRedis NOT DONE (apt-get install -y nodejs npm) !!!")
-	}
-	dir, err := filepath.Abs("noderedis")
-	require.NoError(t, err)
-	clNpmInstall(t, dir, npm)
+	node, dir := nodePackage(t, "noderedis")
 	s := txServer(t)
 	cfg := txClientKeys(t, "nr:")
 	cfg["url"] = "redis://" + s.Addr
