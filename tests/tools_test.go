@@ -192,6 +192,9 @@ func TestToolsClientKill(t *testing.T) {
 	id := strings.TrimSuffix(strings.TrimPrefix(string(b.DoArgs("CLIENT", "ID")), ":"), "\r\n")
 	assert.Equal(t, ":1\r\n", string(a.DoArgs("CLIENT", "KILL", "ID", id)))
 	b.ExpectClosed()
+	// A connection the server has answered is registered: until then
+	// CLIENT KILL may not find it.
+	require.Equal(t, "+PONG\r\n", string(c.DoArgs("PING")))
 	assert.Equal(t, "+OK\r\n", string(a.DoArgs("CLIENT", "KILL", c.nc.LocalAddr().String())))
 	c.ExpectClosed()
 	assert.Equal(t, "-ERR No such client\r\n", string(a.DoArgs("CLIENT", "KILL", c.nc.LocalAddr().String())))
