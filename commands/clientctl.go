@@ -128,6 +128,10 @@ func (s *Server) pausedPipeline(cmds [][][]byte) bool {
 // the pipeline's earlier commands first. On an event loop (a pause that
 // began after the wire layer checked the pipeline) cmd runs: it was on
 // its way when the pause began, and a loop must never wait.
+//
+// A client whose connection closed meanwhile (CLIENT KILL, a hang-up)
+// stops waiting, and its command and the rest of its pipeline are
+// dropped (c.closing), as Redis drops a closed client's blocked command.
 func (s *Server) waitPause(c *Client, cmd *Command, out *Out) {
 	if !c.offLoop {
 		return
@@ -138,12 +142,27 @@ func (s *Server) waitPause(c *Client, cmd *Command, out *Out) {
 			return
 		}
 		s.finish(c, out)
+		if c.hungUp.Load() {
+			c.closing = true
+			return
+		}
+		// Woken by UNPAUSE, the end of the pause or a hang-up.
 		t := time.NewTimer(time.Until(end))
 		select {
 		case <-done:
 		case <-t.C:
+		case <-c.hangup:
 		}
 		t.Stop()
+	}
+}
+
+// HangUp tells the client that its connection closed while its pipeline
+// runs off the event loops: a command waiting on a pause is dropped.
+// Safe from any goroutine; once.
+func (c *Client) HangUp() {
+	if c.hungUp.CompareAndSwap(false, true) {
+		close(c.hangup)
 	}
 }
 

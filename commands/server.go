@@ -128,11 +128,12 @@ type Server struct {
 	hists   []cmdHist
 	ctl     clientCtl // CLIENT PAUSE (clientctl.go)
 	// MEMORY STATS's peak and startup figures.
-	memPeak     atomic.Int64
-	startMem    int64
-	trackedKeys atomic.Int64 // keys remembered for tracking clients (TrackingMaxKeys)
-	bcast       broadcasts   // the BCAST tracking clients
-	flushing    flushers     // the sessions running a FLUSHALL or FLUSHDB
+	memPeak      atomic.Int64
+	startMem     int64
+	trackedKeys  atomic.Int64 // keys remembered for tracking clients (TrackingMaxKeys)
+	trackedBytes atomic.Int64 // their bytes (MaxTrackedBytes)
+	bcast        broadcasts   // the BCAST tracking clients
+	flushing     flushers     // the sessions running a FLUSHALL or FLUSHDB
 }
 
 type serverStats struct {
@@ -315,6 +316,8 @@ type Client struct {
 	kill              func()
 	killPending       bool // CLIENT KILL came before SetKill
 	noEvict, noTouch  atomic.Bool
+	hungUp            atomic.Bool   // the connection closed (HangUp)
+	hangup            chan struct{} // closed by HangUp
 	// trk is the client's CLIENT TRACKING state, nil until it first
 	// switches tracking on; pusher writes push messages to the connection
 	// (SetPusher); gone is set once the client closed.
@@ -366,6 +369,7 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 	c.lastUsed.Store(time.Now().UnixNano())
 	c.fd.Store(-1)
 	c.multiN.Store(-1)
+	c.hangup = make(chan struct{})
 	c.authed.Store(s.cfg.RequirePass == "")
 	c.proto.Store(2)
 	s.stats.connections.Add(1)
@@ -606,9 +610,13 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		return
 	}
 	if s.ctl.paused.Load() && !c.sess.Holding() {
+		c.lastCmd.Store(cmd) // CLIENT LIST shows the command waiting, as Redis's
 		// Before queueing, as Redis's processCommand; never inside EXEC,
 		// which holds shards (it waited before it began).
 		s.waitPause(c, cmd, out)
+		if c.closing {
+			return // hung up while paused: nothing more runs
+		}
 	}
 	if c.tx != nil && c.tx.multi && s.txQueued(c, cmd, args, out) {
 		return

@@ -402,6 +402,7 @@ func (s *Server) OnClose(gc gnet.Conn, _ error) gnet.Action {
 		s.connsMu.Unlock()
 		if c.busy {
 			c.closed = true // detach's completion releases the client
+			c.cl.HangUp()
 		} else {
 			c.cl.Close()
 		}

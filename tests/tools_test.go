@@ -221,6 +221,26 @@ func TestToolsClientPauseWrite(t *testing.T) {
 	assert.Equal(t, "*5\r\n:0\r\n:2\r\n:0\r\n:-1\r\n:120\r\n", string(writer.DoArgs("CL.THROTTLE", "paused", "1", "1", "60")))
 }
 
+// TestToolsClientPauseKilled: the write of a client killed while it waits
+// on CLIENT PAUSE never runs, and the client leaves CLIENT LIST at once,
+// as Redis drops a closed client's blocked command.
+func TestToolsClientPauseKilled(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	admin, writer := s.Raw(t), s.Raw(t)
+	id := strings.TrimSuffix(strings.TrimPrefix(string(writer.DoArgs("CLIENT", "ID")), ":"), "\r\n")
+	assert.Equal(t, "+OK\r\n", string(admin.DoArgs("CLIENT", "PAUSE", "60000", "WRITE")))
+	writer.Send(encodeCommand("CL.THROTTLE", "killed", "1", "1", "60"))
+	require.Eventually(t, func() bool { return strings.Contains(string(admin.DoArgs("CLIENT", "LIST")), "cmd=cl.throttle") },
+		10*time.Second, 20*time.Millisecond, "the write waits on the pause")
+	assert.Equal(t, ":1\r\n", string(admin.DoArgs("CLIENT", "KILL", "ID", id)))
+	writer.ExpectClosed()
+	require.Eventually(t, func() bool { return !strings.Contains(string(admin.DoArgs("CLIENT", "LIST")), "id="+id+" ") },
+		10*time.Second, 20*time.Millisecond, "the killed client is gone before the pause ends")
+	assert.Equal(t, "+OK\r\n", string(admin.DoArgs("CLIENT", "UNPAUSE")))
+	assert.Equal(t, ":0\r\n", string(admin.DoArgs("EXISTS", "killed")), "its write never ran")
+}
+
 // TestToolsClientPauseWriteExec: an EXEC whose transaction holds a write
 // waits for CLIENT UNPAUSE before it holds any shard, as Redis's EXEC
 // counts as a write then: readers of its key are answered meanwhile.
