@@ -86,16 +86,48 @@ type tracker struct {
 // NOLOOP, or tracking is off or in BCAST mode now: Redis drops those).
 func (t *tracker) KeyChanged(key []byte, by uint64) {
 	t.mu.Lock()
-	if _, ok := t.keys[string(key)]; ok {
-		delete(t.keys, string(key))
-		t.c.srv.trackedKeys.Add(-1)
-	}
+	t.forget(key)
 	skip := !t.on || t.bcast || (t.noloop && by == uint64(t.c.ID))
 	t.mu.Unlock()
 	if !skip && !t.c.srv.flushing.has(by) {
 		t.invalidate(key, false)
 	}
 }
+
+// KeyRegistered is store.RegistrationListener: the shard holds a
+// registration for key, so the key is counted as remembered (again, if
+// the lookup before it fired and forgot an earlier one).
+func (t *tracker) KeyRegistered(key []byte) {
+	t.mu.Lock()
+	t.note(key)
+	t.mu.Unlock()
+}
+
+// note counts key as remembered; forget stops counting it. With t.mu.
+func (t *tracker) note(key []byte) {
+	if _, ok := t.keys[string(key)]; ok {
+		return
+	}
+	if t.keys == nil {
+		t.keys = map[string]struct{}{}
+	}
+	t.keys[string(key)] = struct{}{}
+	t.c.srv.trackedKeys.Add(1)
+	t.c.srv.trackedBytes.Add(int64(len(key)))
+}
+
+func (t *tracker) forget(key []byte) {
+	if _, ok := t.keys[string(key)]; ok {
+		delete(t.keys, string(key))
+		t.c.srv.trackedKeys.Add(-1)
+		t.c.srv.trackedBytes.Add(-int64(len(key)))
+	}
+}
+
+// MaxTrackedBytes bounds the bytes of the keys remembered for tracking
+// clients, over the server (each is kept by its client and its shard):
+// past it, as past TrackingMaxKeys, a key read is invalidated at once.
+const MaxTrackedBytes = 256 << 20
 
 // invalidate sends an invalidate push for key (null: every key, after a
 // flush) to where the client's invalidations go. Safe on any goroutine.
@@ -217,16 +249,12 @@ func (c *Client) remember(key []byte) {
 	t.mu.Lock()
 	_, known := t.keys[string(key)]
 	if !known {
-		if s.trackedKeys.Load() >= int64(s.cfg.TrackingMaxKeys) {
+		if s.trackedKeys.Load() >= int64(s.cfg.TrackingMaxKeys) || s.trackedBytes.Load()+int64(len(key)) > MaxTrackedBytes {
 			t.mu.Unlock()
 			t.invalidate(key, false)
 			return
 		}
-		if t.keys == nil {
-			t.keys = map[string]struct{}{}
-		}
-		t.keys[string(key)] = struct{}{}
-		s.trackedKeys.Add(1)
+		t.note(key)
 	}
 	t.mu.Unlock()
 	// Registered even when known: the shard may be telling of it right
@@ -272,7 +300,9 @@ func (c *Client) resetTracking() {
 	}
 	// What fired meanwhile was already subtracted.
 	t.mu.Lock()
-	c.srv.trackedKeys.Add(-int64(len(t.keys)))
+	for k := range t.keys {
+		t.forget([]byte(k))
+	}
 	t.keys = nil
 	t.mu.Unlock()
 }
@@ -383,6 +413,10 @@ func clientTracking(c *Client, w *Out, args [][]byte) {
 			return
 		}
 		sort.Strings(all)
+		if !c.srv.bcast.fits(all) {
+			w.WriteError(errTooManyPrefixLens)
+			return
+		}
 	}
 	t.mu.Lock()
 	t.on, t.bcast, t.optin, t.optout, t.noloop = true, bcast, optin, optout, noloop
@@ -607,8 +641,8 @@ func (s *Server) trackingFlushed() {
 	s.clientsMu.Lock()
 	var ts []*tracker
 	for _, cl := range s.clients {
-		if cl.trk != nil {
-			ts = append(ts, cl.trk)
+		if t := cl.trkShared.Load(); t != nil { // not trk: another goroutine's
+			ts = append(ts, t)
 		}
 	}
 	s.clientsMu.Unlock()

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -20,6 +21,27 @@ type broadcasts struct {
 type bcastTable struct {
 	lens     []int                 // the distinct prefix lengths, ascending
 	byPrefix map[string][]*tracker // the clients of each prefix
+}
+
+// maxPrefixLens bounds the distinct lengths of the BCAST prefixes of all
+// clients together: every write looks its key's prefix of each length up.
+const maxPrefixLens = 32
+
+var errTooManyPrefixLens = "ERR too many distinct tracking prefix lengths on the server (at most " + strconv.Itoa(maxPrefixLens) + ")"
+
+// fits reports whether prefixes, added to the table's, keep the distinct
+// prefix lengths within maxPrefixLens.
+func (b *broadcasts) fits(prefixes []string) bool {
+	lens := map[int]bool{}
+	if tb := b.cur.Load(); tb != nil {
+		for _, n := range tb.lens {
+			lens[n] = true
+		}
+	}
+	for _, p := range prefixes {
+		lens[len(p)] = true
+	}
+	return len(lens) <= maxPrefixLens
 }
 
 func (b *broadcasts) add(s *Server, t *tracker) {

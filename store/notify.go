@@ -29,6 +29,15 @@ type InterestReq struct {
 	Remove   bool
 }
 
+// RegistrationListener is a KeyListener that also learns, on the shard's
+// goroutine, that a registration of it for a key is in place: looking the
+// key up first may have fired (and so removed) an earlier registration of
+// the same listener, which its owner may have forgotten meanwhile.
+type RegistrationListener interface {
+	KeyListener
+	KeyRegistered(key []byte)
+}
+
 func (r *InterestReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *InterestReq) run(sh *shard, now int64) {
@@ -38,15 +47,22 @@ func (r *InterestReq) run(sh *shard, now int64) {
 	}
 	sh.find(r.Key, r.keyHash(sh.t, r.Key), floorMs(now))
 	ls := sh.interest[string(r.Key)]
+	known := false
 	for _, l := range ls {
 		if l == r.Listener {
-			return
+			known = true
+			break
 		}
 	}
-	if sh.interest == nil {
-		sh.interest = map[string][]KeyListener{}
+	if !known {
+		if sh.interest == nil {
+			sh.interest = map[string][]KeyListener{}
+		}
+		sh.interest[string(r.Key)] = append(ls, r.Listener)
 	}
-	sh.interest[string(r.Key)] = append(ls, r.Listener)
+	if rl, ok := r.Listener.(RegistrationListener); ok {
+		rl.KeyRegistered(r.Key)
+	}
 }
 
 // withdraw removes l's registration for key, if any.

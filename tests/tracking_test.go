@@ -486,3 +486,48 @@ func TestTrackingTableMaxKeys(t *testing.T) {
 	}
 	assert.Contains(t, string(tc.DoArgs("INFO", "stats")), "tracking_total_items:2\r\n")
 }
+
+// TestTrackingReReadExpiredKey: reading again a tracked key that expired
+// meanwhile keeps it counted once and withdrawable: after TRACKING OFF
+// and ON no invalidation of it arrives (a registration the client forgot
+// would bring one, and would keep the client alive in the shard).
+func TestTrackingReReadExpiredKey(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory", "--shards", "4", "--enable-debug-command", "yes")
+	tc, other := resp3(t, s), s.Raw(t)
+	ok(t, tc, "CLIENT", "TRACKING", "ON")
+	ok(t, other, "DEBUG", "CLOCK", "SET", "1700000000000000000")
+	require.Equal(t, byte('*'), other.DoArgs("CL.THROTTLE", "lk", "0", "1", "1")[0])
+	require.Equal(t, byte('$'), tc.DoArgs("GET", "lk")[0])
+	assert.Contains(t, string(tc.DoArgs("INFO", "stats")), "tracking_total_items:1\r\n")
+	ok(t, other, "DEBUG", "CLOCK", "ADVANCE", "2000000000")
+	// The read expires the key: its invalidation and the null reply, in
+	// either order, then the key is remembered again.
+	got := []string{string(tc.DoArgs("GET", "lk")), string(tc.ReadReply())}
+	assert.ElementsMatch(t, []string{invalidation("lk"), "_\r\n"}, got)
+	assert.Contains(t, string(tc.DoArgs("INFO", "stats")), "tracking_total_items:1\r\n")
+	ok(t, tc, "CLIENT", "TRACKING", "OFF")
+	assert.Contains(t, string(tc.DoArgs("INFO", "stats")), "tracking_total_items:0\r\n")
+	ok(t, tc, "CLIENT", "TRACKING", "ON")
+	require.Equal(t, byte('*'), other.DoArgs("CL.THROTTLE", "lk", "0", "1", "1")[0])
+	assert.Equal(t, "+PONG\r\n", string(tc.DoArgs("PING")), "no invalidation of a key read before TRACKING OFF")
+}
+
+// TestTrackingBcastPrefixLengths: the distinct BCAST prefix lengths of all
+// clients together are bounded (each is a lookup on every write).
+func TestTrackingBcastPrefixLengths(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	a, b := resp3(t, s), resp3(t, s)
+	args := []string{"CLIENT", "TRACKING", "ON", "BCAST"}
+	for n := 1; n <= 20; n++ {
+		args = append(args, "PREFIX", "a"+strings.Repeat("x", n-1)+"!")
+	}
+	ok(t, a, args...)
+	args = []string{"CLIENT", "TRACKING", "ON", "BCAST"}
+	for n := 20; n <= 40; n++ {
+		args = append(args, "PREFIX", "b"+strings.Repeat("y", n-1)+"!")
+	}
+	assert.Equal(t, "-ERR too many distinct tracking prefix lengths on the server (at most 32)\r\n", string(b.DoArgs(args...)))
+	ok(t, b, "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "c!")
+}
