@@ -253,25 +253,20 @@ func onOff(b []byte) (v, ok bool) {
 
 // CLIENT NO-EVICT ON|OFF: recorded and shown in CLIENT LIST (flag e);
 // cellserver evicts no client for memory.
-func clientNoEvict(c *Client, w *Out, args [][]byte) {
-	v, ok := onOff(args[2])
-	if !ok {
-		w.WriteError(ErrSyntax)
-		return
-	}
-	c.noEvict.Store(v)
-	w.WriteOK()
-}
+func clientNoEvict(c *Client, w *Out, args [][]byte) { setOnOff(w, args[2], &c.noEvict) }
 
 // CLIENT NO-TOUCH ON|OFF: recorded and shown in CLIENT LIST (flag T);
 // cellserver keeps no access times for it to spare.
-func clientNoTouch(c *Client, w *Out, args [][]byte) {
-	v, ok := onOff(args[2])
+func clientNoTouch(c *Client, w *Out, args [][]byte) { setOnOff(w, args[2], &c.noTouch) }
+
+// setOnOff sets flag from an ON|OFF argument, answering OK or a syntax error.
+func setOnOff(w *Out, arg []byte, flag *atomic.Bool) {
+	v, ok := onOff(arg)
 	if !ok {
 		w.WriteError(ErrSyntax)
 		return
 	}
-	c.noTouch.Store(v)
+	flag.Store(v)
 	w.WriteOK()
 }
 

@@ -127,18 +127,7 @@ func (c *Client) resetPubsub() {
 // that tells a RESP2 redirect target of key (null: of a flush, written
 // in the tracking client's protocol as Redis writes it).
 func appendTrackingMessage(dst, key []byte, null bool, proto int) []byte {
-	dst = append(dst, "*3\r\n$7\r\nmessage\r\n$20\r\n"+trackingChannel+"\r\n"...)
-	if null {
-		if proto == 3 {
-			return append(dst, "_\r\n"...)
-		}
-		return append(dst, "$-1\r\n"...)
-	}
-	dst = append(dst, "*1\r\n$"...)
-	dst = strconv.AppendInt(dst, int64(len(key)), 10)
-	dst = append(dst, '\r', '\n')
-	dst = append(dst, key...)
-	return append(dst, '\r', '\n')
+	return appendInvalidated(append(dst, "*3\r\n$7\r\nmessage\r\n$20\r\n"+trackingChannel+"\r\n"...), key, null, proto)
 }
 
 // pingSubscribed is PING's reply in the RESP2 Pub/Sub context.

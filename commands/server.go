@@ -319,13 +319,12 @@ type Client struct {
 	hungUp            atomic.Bool   // the connection closed (HangUp)
 	hangup            chan struct{} // closed by HangUp
 	// trk is the client's CLIENT TRACKING state, nil until it first
-	// switches tracking on; pusher writes push messages to the connection
+	// switches tracking on (set once; CLIENT LIST and INFO read it from
+	// other goroutines); pusher writes push messages to the connection
 	// (SetPusher); gone is set once the client closed.
-	trk *tracker
-	// trkShared is trk for other goroutines (CLIENT LIST, INFO), set once.
-	trkShared atomic.Pointer[tracker]
-	pusher    atomic.Pointer[func([]byte)]
-	gone      atomic.Bool
+	trk    atomic.Pointer[tracker]
+	pusher atomic.Pointer[func([]byte)]
+	gone   atomic.Bool
 	// subs are the channels the client subscribed to (pubsub.go), only
 	// touched by its goroutine; nsubs counts them and subInvalidate says
 	// whether __redis__:invalidate is one, for other goroutines.
@@ -618,7 +617,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 			return // hung up while paused: nothing more runs
 		}
 	}
-	if c.tx != nil && c.tx.multi && s.txQueued(c, cmd, args, out) {
+	if c.inMulti() && s.txQueued(c, cmd, args, out) {
 		return
 	}
 	if c.hooked {
@@ -626,7 +625,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 			c.reject(cmd, e)
 			return
 		}
-		if c.trk != nil {
+		if c.trk.Load() != nil {
 			c.trackCommand(cmd, args)
 		}
 	}
@@ -776,7 +775,7 @@ func (s *Server) queue(cmd *Command, c *Client, args [][]byte) (e string) {
 }
 
 func (c *Client) errSlot(e string) {
-	if c.tx != nil && c.tx.multi {
+	if c.inMulti() {
 		c.tx.dirty = true // Redis's flagTransaction
 	}
 	c.slots = append(c.slots, slot{err: e, quiet: c.quiet()})
@@ -787,7 +786,7 @@ func (c *Client) errSlot(e string) {
 // NOAUTH, NOPERM, a redirection, MISCONF).
 func (c *Client) reject(cmd *Command, e string) {
 	c.stat(cmd).rejected.Add(1)
-	if c.tx != nil && c.tx.multi {
+	if c.inMulti() {
 		e = c.txRefused(cmd, e)
 	}
 	c.errSlot(e)

@@ -163,12 +163,17 @@ func (t *tracker) invalidate(key []byte, null bool) {
 // null that tells of a flush, in the tracking client's protocol proto, as
 // Redis writes it even to a RESP3 redirect target).
 func appendInvalidate(dst, key []byte, null bool, proto int) []byte {
-	dst = append(dst, ">2\r\n$10\r\ninvalidate\r\n"...)
+	return appendInvalidated(append(dst, ">2\r\n$10\r\ninvalidate\r\n"...), key, null, proto)
+}
+
+// appendInvalidated appends what an invalidation carries: a one-key array,
+// or (null) the null of a flush in protocol proto.
+func appendInvalidated(dst, key []byte, null bool, proto int) []byte {
 	if null {
-		if proto != 3 {
-			return append(dst, "$-1\r\n"...)
+		if proto == 3 {
+			return append(dst, "_\r\n"...)
 		}
-		return append(dst, "_\r\n"...)
+		return append(dst, "$-1\r\n"...)
 	}
 	dst = append(dst, "*1\r\n$"...)
 	dst = strconv.AppendInt(dst, int64(len(key)), 10)
@@ -201,7 +206,7 @@ func (c *Client) SetPusher(p func(msg []byte)) { c.pusher.Store(&p) }
 // MULTI keep it, and so does a transaction, through the commands EXEC
 // runs (a session holding its shards), until the command after EXEC.
 func (c *Client) trackCommand(cmd *Command, args [][]byte) {
-	t := c.trk
+	t := c.trk.Load()
 	inExec := c.sess.Holding()
 	if t.spent && !inExec {
 		t.caching, t.spent = false, false
@@ -245,7 +250,7 @@ func commandKeys(cmd *Command, args [][]byte) [][]byte {
 // invalidated at once, so the client does not keep what it read: Redis
 // evicts old keys instead, with the same invalidation.
 func (c *Client) remember(key []byte) {
-	t, s := c.trk, c.srv
+	t, s := c.trk.Load(), c.srv
 	t.mu.Lock()
 	_, known := t.keys[string(key)]
 	if !known {
@@ -266,7 +271,7 @@ func (c *Client) remember(key []byte) {
 // the client's registrations are withdrawn and its prefixes dropped. Call
 // it on the client's goroutine with nothing queued.
 func (c *Client) resetTracking() {
-	t := c.trk
+	t := c.trk.Load()
 	if t == nil {
 		return
 	}
@@ -311,7 +316,7 @@ func (c *Client) resetTracking() {
 // redirecting to it, and its registrations are withdrawn.
 func (c *Client) closeTracking() {
 	c.gone.Store(true)
-	if c.trk != nil {
+	if c.trk.Load() != nil {
 		c.resetTracking()
 	}
 }
@@ -369,12 +374,11 @@ func clientTracking(c *Client, w *Out, args [][]byte) {
 		w.WriteError(ErrSyntax)
 		return
 	}
-	if c.trk == nil {
-		c.trk = &tracker{c: c}
-		c.trkShared.Store(c.trk)
+	if c.trk.Load() == nil {
+		c.trk.Store(&tracker{c: c})
 		c.hooked = true
 	}
-	t := c.trk
+	t := c.trk.Load()
 	t.mu.Lock()
 	on, wasBcast, wasIn, wasOut, old := t.on, t.bcast, t.optin, t.optout, t.prefixes
 	t.mu.Unlock()
@@ -456,7 +460,7 @@ func prefixCollision(prefixes [][]byte, existing []string) string {
 
 // CLIENT CACHING YES|NO
 func clientCaching(c *Client, w *Out, args [][]byte) {
-	t := c.trk
+	t := c.trk.Load()
 	var on, optin, optout bool
 	if t != nil {
 		t.mu.Lock()
@@ -484,7 +488,7 @@ func clientGetRedir(c *Client, w *Out, _ [][]byte) { w.WriteInt(c.trackingRedir(
 // trackingRedir is CLIENT GETREDIR's and CLIENT LIST's redir: -1 when not
 // tracking, else the redirect client's ID (0: none).
 func (c *Client) trackingRedir() int64 {
-	t := c.trkShared.Load()
+	t := c.trk.Load()
 	if t == nil {
 		return -1
 	}
@@ -499,7 +503,7 @@ func (c *Client) trackingRedir() int64 {
 // trackingFlags is the tracking part of CLIENT LIST's flags, Redis's t
 // (tracking), R (its redirect is gone) and B (BCAST).
 func (c *Client) trackingFlags() string {
-	t := c.trkShared.Load()
+	t := c.trk.Load()
 	if t == nil {
 		return ""
 	}
@@ -520,7 +524,7 @@ func (c *Client) trackingFlags() string {
 
 // tracking reports whether tracking is on; safe from any goroutine.
 func (c *Client) tracking() bool {
-	t := c.trkShared.Load()
+	t := c.trk.Load()
 	if t == nil {
 		return false
 	}
@@ -543,7 +547,7 @@ func clientTrackingInfo(c *Client, w *Out, _ [][]byte) {
 	flags := []string{"off"}
 	redirect := int64(-1)
 	var prefixes []string
-	if t := c.trk; t != nil {
+	if t := c.trk.Load(); t != nil {
 		t.mu.Lock()
 		if t.on {
 			flags[0] = "on"
@@ -641,7 +645,7 @@ func (s *Server) trackingFlushed() {
 	s.clientsMu.Lock()
 	var ts []*tracker
 	for _, cl := range s.clients {
-		if t := cl.trkShared.Load(); t != nil { // not trk: another goroutine's
+		if t := cl.trk.Load(); t != nil {
 			ts = append(ts, t)
 		}
 	}

@@ -396,9 +396,9 @@ func (c *Client) payAuthPause() {
 }
 
 // txShards returns the shards EXEC holds: those of the queued commands'
-// keys and of the watched keys, ascending; nil (every shard) if a queued
-// command without keys may touch the keyspace (FLUSHALL, DBSIZE, SCAN,
-// CLUSTER GETKEYSINSLOT, ...).
+// keys and of the watched keys, without repeats (Hold orders them); nil
+// (every shard) if a queued command without keys may touch the keyspace
+// (FLUSHALL, DBSIZE, SCAN, CLUSTER GETKEYSINSLOT, ...).
 func (s *Server) txShards(tx *txState, cmds []txCmd) []int {
 	var ids []int
 	var keys [][]byte

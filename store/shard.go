@@ -510,15 +510,7 @@ func (sh *shard) sendChanges(wg *sync.WaitGroup) {
 	}
 	always := sh.p.policy == FsyncAlways
 	if sh.pb != nil || sh.snapDone != 0 {
-		sh.sent++
-		r := commitReq{b: sh.pb, db: sh.pbDB, count: sh.pbCount, recs: sh.pbRecs, sh: sh, n: sh.sent, snap: sh.snap}
-		if sh.snapDone != 0 {
-			r.round, r.start = sh.snapDone, sh.snapStart
-			sh.snapDone = 0
-		}
-		sh.p.pending.Add(sh.pbCount)
-		sh.pb, sh.pbCount, sh.pbRecs = nil, 0, 0
-		sh.snap = false
+		r := sh.takeChanges()
 		if always {
 			r.wg = wg
 			wg = nil
@@ -533,9 +525,10 @@ func (sh *shard) sendChanges(wg *sync.WaitGroup) {
 	}
 }
 
-// takeChanges is sendChanges's request for a grouped commit (a hold of
-// several shards under FsyncAlways, see hold): the shard's changes, or none
-// (then the group's sync still covers what the shard sent before).
+// takeChanges is the committer's request for the shard's changes, for
+// sendChanges or a grouped commit (a hold of several shards under
+// FsyncAlways, see hold); with none, a request that only waits for what the
+// shard sent before.
 func (sh *shard) takeChanges() commitReq {
 	r := commitReq{sh: sh}
 	if sh.pb != nil || sh.snapDone != 0 {

@@ -1235,6 +1235,17 @@ func TestClusterEmulated(t *testing.T) {
 
 // clNpmInstall installs tests/ioredis's pinned dependencies into its own
 // node_modules (npm ci, from package-lock.json) unless they are there.
+// clRunJSON runs a client script (bin script cfg-as-JSON in dir), which
+// must exit 0 and print JSON, decoded into res.
+func clRunJSON(t *testing.T, dir, bin, script string, cfg, res any) {
+	t.Helper()
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	out, errOut, code := clRun(t, 60*time.Second, dir, bin, script, string(b))
+	require.Equal(t, 0, code, "%s %s: stdout:\n%s\nstderr:\n%s", bin, script, out, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), res), "%s printed:\n%s\nstderr:\n%s", script, out, errOut)
+}
+
 // nodePackage returns node's path and the absolute path of the Node.js
 // test package pkg under tests/, its pinned npm packages installed; it
 // skips the test, loudly, without node and npm.

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// clientRun is what the client scripts print: CL.THROTTLE's replies by
+// key, and the errors the client met.
+type clientRun struct {
+	Results map[string][][]int64 `json:"results"`
+	Errors  []string             `json:"errors"`
+}
 
 // TestNodeRedisCluster: node-redis 6's createCluster with its default
 // options (RESP3, which it never falls back from) finds the three masters
@@ -27,21 +33,14 @@ func TestNodeRedisCluster(t *testing.T) {
 	for i := 0; i < nKeys; i++ {
 		keys = append(keys, fmt.Sprintf("nrc:%d", i))
 	}
-	cfg, err := json.Marshal(map[string]any{
-		"url": "redis://" + nodes[0].Addr, "keys": keys, "calls": calls,
-	})
-	require.NoError(t, err)
-	before := clMovedTotal(t, cs)
-	out, errOut, code := clRun(t, 60*time.Second, dir, node, "cluster.js", string(cfg))
-	require.Equal(t, 0, code, "node cluster.js: stdout:\n%s\nstderr:\n%s", out, errOut)
-	assert.Zero(t, clMovedTotal(t, cs)-before, "with the key as firstKey every call goes to its owner")
 	var res struct {
-		Masters int                  `json:"masters"`
-		Results map[string][][]int64 `json:"results"`
-		Get     map[string]*string   `json:"get"`
-		Errors  []string             `json:"errors"`
+		clientRun
+		Masters int                `json:"masters"`
+		Get     map[string]*string `json:"get"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(out), &res), "cluster.js printed:\n%s\nstderr:\n%s", out, errOut)
+	before := clMovedTotal(t, cs)
+	clRunJSON(t, dir, node, "cluster.js", map[string]any{"url": "redis://" + nodes[0].Addr, "keys": keys, "calls": calls}, &res)
+	assert.Zero(t, clMovedTotal(t, cs)-before, "with the key as firstKey every call goes to its owner")
 	require.Empty(t, res.Errors)
 	assert.Equal(t, len(nodes), res.Masters, "masters node-redis found")
 	owners := map[int]bool{}
@@ -93,20 +92,13 @@ func TestClusterIORedisPipeline(t *testing.T) {
 				keys = append(keys, fmt.Sprintf("%s:%d", k, j))
 			}
 		}
-		cfg, err := json.Marshal(map[string]any{
+		var res clientRun
+		before := clMovedTotal(t, cs)
+		clRunJSON(t, dir, node, "pipeline.js", map[string]any{
 			"nodes": []map[string]any{{"host": "127.0.0.1", "port": nodes[0].Port}},
 			"keys":  keys, "calls": calls, "mode": mode,
-		})
-		require.NoError(t, err)
-		before := clMovedTotal(t, cs)
-		out, errOut, code := clRun(t, 60*time.Second, dir, node, "pipeline.js", string(cfg))
-		require.Equal(t, 0, code, "node pipeline.js %s: stdout:\n%s\nstderr:\n%s", mode, out, errOut)
+		}, &res)
 		moved := clMovedTotal(t, cs) - before
-		var res struct {
-			Results map[string][][]int64 `json:"results"`
-			Errors  []string             `json:"errors"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(out), &res), "pipeline.js printed:\n%s\nstderr:\n%s", out, errOut)
 		t.Logf("ioredis pipeline, mode %s: %d MOVED replies over %d pipelines, errors %v", mode, moved, calls, res.Errors)
 		if mode == "slot" {
 			assert.NotZero(t, moved, "with cmd.slot alone the pipeline is not routed to its owner")
@@ -144,19 +136,12 @@ func TestClusterRedisRb(t *testing.T) {
 			keys = append(keys, fmt.Sprintf("rb:%s:%d", name, i))
 		}
 		const calls = 3
-		cfg, err := json.Marshal(map[string]any{
-			"nodes": []string{"redis://" + nodes[0].Addr}, "keys": keys, "calls": calls, "name": name,
-		})
-		require.NoError(t, err)
+		var res clientRun
 		before := clMovedTotal(t, cs)
-		out, errOut, code := clRun(t, 60*time.Second, dir, ruby, "throttle.rb", string(cfg))
-		require.Equal(t, 0, code, "ruby throttle.rb: stdout:\n%s\nstderr:\n%s", out, errOut)
+		clRunJSON(t, dir, ruby, "throttle.rb", map[string]any{
+			"nodes": []string{"redis://" + nodes[0].Addr}, "keys": keys, "calls": calls, "name": name,
+		}, &res)
 		moved := clMovedTotal(t, cs) - before
-		var res struct {
-			Results map[string][][]int64 `json:"results"`
-			Errors  []string             `json:"errors"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(out), &res), "throttle.rb printed:\n%s\nstderr:\n%s", out, errOut)
 		require.Empty(t, res.Errors, name)
 		t.Logf("redis-rb Redis::Cluster, %s: %d MOVED replies over %d calls", name, moved, len(keys)*calls)
 		for _, k := range keys {

@@ -371,14 +371,10 @@ func TestTxRedisPy(t *testing.T) {
 	s := txServer(t)
 	cfg := txClientKeys(t, "py:")
 	cfg["host"], cfg["port"] = "127.0.0.1", s.Port
-	b, err := json.Marshal(cfg)
-	require.NoError(t, err)
 	dir, err := filepath.Abs("redispy")
 	require.NoError(t, err)
-	out, errOut, code := clRun(t, 60*time.Second, dir, py, "tx.py", string(b))
-	require.Equal(t, 0, code, "python3 tx.py: stdout:\n%s\nstderr:\n%s", out, errOut)
 	var res txClientResult
-	require.NoError(t, json.Unmarshal([]byte(out), &res), "tx.py printed:\n%s\nstderr:\n%s", out, errOut)
+	clRunJSON(t, dir, py, "tx.py", cfg, &res)
 	checkTxClient(t, res, txExec, "unknown command 'NOPE'", `"WatchError"`)
 }
 
@@ -388,12 +384,8 @@ func TestTxIORedis(t *testing.T) {
 	s := txServer(t)
 	cfg := txClientKeys(t, "io:")
 	cfg["host"], cfg["port"] = "127.0.0.1", s.Port
-	b, err := json.Marshal(cfg)
-	require.NoError(t, err)
-	out, errOut, code := clRun(t, 60*time.Second, dir, node, "tx.js", string(b))
-	require.Equal(t, 0, code, "node tx.js: stdout:\n%s\nstderr:\n%s", out, errOut)
 	var res txClientResult
-	require.NoError(t, json.Unmarshal([]byte(out), &res), "tx.js printed:\n%s\nstderr:\n%s", out, errOut)
+	clRunJSON(t, dir, node, "tx.js", cfg, &res)
 	checkTxClient(t, res, txExec, "EXECABORT Transaction discarded because of previous errors.", "null")
 }
 
@@ -403,12 +395,8 @@ func TestTxNodeRedis(t *testing.T) {
 	s := txServer(t)
 	cfg := txClientKeys(t, "nr:")
 	cfg["url"] = "redis://" + s.Addr
-	b, err := json.Marshal(cfg)
-	require.NoError(t, err)
-	out, errOut, code := clRun(t, 60*time.Second, dir, node, "tx.js", string(b))
-	require.Equal(t, 0, code, "node tx.js: stdout:\n%s\nstderr:\n%s", out, errOut)
 	var res txClientResult
-	require.NoError(t, json.Unmarshal([]byte(out), &res), "tx.js printed:\n%s\nstderr:\n%s", out, errOut)
+	clRunJSON(t, dir, node, "tx.js", cfg, &res)
 	checkTxClient(t, res, txExec, "unknown command 'NOPE'", `"WatchError"`)
 }
 
