@@ -32,7 +32,7 @@ func TestRestartKeepsEveryKey(t *testing.T) {
 	type st struct {
 		tat  string
 		pttl int64
-		at   time.Time // when pttl was read
+		at   time.Time // just before pttl was asked for
 	}
 	before := map[string]st{}
 	for i := 0; i < 300; i++ {
@@ -45,8 +45,11 @@ func TestRestartKeepsEveryKey(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		k := fmt.Sprint("user:", i)
 		tat, _ := rdb.Get(ctx, k).Result()
+		// Taken before the PTTL is sent, so the server's reading is no
+		// earlier than at, and time.Since(at) bounds the time that passed.
+		at := time.Now()
 		pttl := rdb.PTTL(ctx, k).Val()
-		before[k] = st{tat, pttl.Milliseconds(), time.Now()}
+		before[k] = st{tat, pttl.Milliseconds(), at}
 	}
 	require.Equal(t, 0, srv.Stop())
 	srv2 := startServer(t, "--data-dir", dir)
