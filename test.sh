@@ -46,6 +46,27 @@ if ! command -v ruby >/dev/null 2>&1 || ! ruby -e "require 'redis'" >/dev/null 2
   ruby -e "require 'redis'" >/dev/null 2>&1 || echo "test.sh: WARNING: ruby-redis not installed; the redis-rb test will SKIP"
 fi
 
+# The gateway e2e tests drive real gateways and a real Prometheus: nginx
+# (auth_request), Caddy (forward_auth) and Prometheus scraping /metrics
+# (tests/gateway_*_test.go, tests/metrics_test.go). Debian's packages; their
+# services are not started (the tests run each binary with its own config).
+missing=()
+for p in nginx:nginx caddy:caddy prometheus:prometheus; do
+  command -v "${p%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${p%%:*}" ] || [ -x "/usr/bin/${p%%:*}" ] || missing+=("${p#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing ${missing[*]}"
+    # policy-rc.d 101: install without starting the packages' services.
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || true
+    rm -f /usr/sbin/policy-rc.d
+  fi
+  for p in nginx caddy prometheus; do
+    command -v "$p" >/dev/null 2>&1 || [ -x "/usr/sbin/$p" ] || [ -x "/usr/bin/$p" ] || echo "test.sh: WARNING: $p not installed; its gateway test will SKIP"
+  done
+fi
+
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "test.sh: gofmt needed on: $unformatted"

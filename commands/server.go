@@ -213,6 +213,10 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 	return s, nil
 }
 
+// Service returns the decision API the CL.* commands call, for the other
+// front ends (HTTP, gRPC) to share: same store, same routing rules.
+func (s *Server) Service() *service.Service { return s.svc }
+
 // newRunID returns 40 random hex characters, as Redis's run_id: tools tell
 // a restarted server by it.
 func newRunID() string {

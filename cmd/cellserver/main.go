@@ -24,6 +24,7 @@ import (
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/gateway/header"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/store"
 )
@@ -65,6 +66,16 @@ type Config struct {
 	SlowlogMaxLen           int64
 	LatencyMonitorThreshold int64 // ms; 0 off
 	TrackingMaxKeys         int
+
+	// Gateways (gateways.go).
+	PolicyFile       string            // envoyproxy/ratelimit-format YAML, hot-reloaded
+	HTTPAddr         string            // forward-auth check, /json, /metrics
+	GRPCAddr         string            // Envoy RLS v3 and gRPC health
+	MetricsAddr      string            // /metrics on its own address (default: on HTTPAddr)
+	HTTPTrustedHops  int               // proxies in front whose X-Forwarded-For entries are trusted
+	HTTPOnError      string            // allow | deny: the check's answer when the store cannot decide
+	HTTPMaxConns     int               // simultaneous HTTP connections
+	RateLimitHeaders header.Convention // which header sets the gateways write
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -93,6 +104,14 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.Int64Var(&c.SlowlogMaxLen, "slowlog-max-len", commands.DefaultSlowlogMaxLen, "how many `entries` the slow log keeps (CONFIG SET changes it)")
 	fs.IntVar(&c.TrackingMaxKeys, "tracking-table-max-keys", commands.DefaultTrackingMaxKeys, "most `keys` remembered for CLIENT TRACKING clients, counted per client and key; past it a key read is invalidated at once")
 	fs.Int64Var(&c.LatencyMonitorThreshold, "latency-monitor-threshold", 0, "record latency events (LATENCY LATEST, DOCTOR) of commands that take at least this many `milliseconds`; 0: off (CONFIG SET changes it)")
+	fs.StringVar(&c.PolicyFile, "policy-file", "", "rate-limit policy `file` (envoyproxy/ratelimit's YAML, plus algorithm/burst/cost/timezone), reloaded when it changes; needed by --http-addr and --grpc-addr")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "", "serve the HTTP forward-auth check (/check), /json and /metrics on this `host:port` (off by default)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", "", "serve Envoy's rate-limit service (RLS v3) and gRPC health on this `host:port` (off by default)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this `host:port` (default: on --http-addr, if set)")
+	fs.IntVar(&c.HTTPTrustedHops, "http-trusted-hops", 0, "number of proxies in front of the HTTP check whose X-Forwarded-For entries are trusted; 0 uses X-Real-IP, else the peer address")
+	fs.StringVar(&c.HTTPOnError, "http-on-error", "deny", "the HTTP check's answer when the store cannot decide: allow (200) or deny (429)")
+	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", 10000, "maximum simultaneous HTTP connections")
+	rlHeaders := fs.String("rate-limit-headers", header.Default.String(), "header sets the gateways write: a comma list of ietf (RateLimit, RateLimit-Policy), x (X-RateLimit-*, Reset in epoch seconds) or x-delta (Reset in seconds from now), or none")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n       cellserver cluster init --nodes host:port,...\n       cellserver cluster apply FILE\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -132,6 +151,12 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	}
 	c.IdleTimeout = time.Duration(*timeout) * time.Second
 	var err error
+	if c.RateLimitHeaders, err = header.ParseConvention(*rlHeaders); err != nil {
+		return c, fmt.Errorf("--rate-limit-headers: %v", err)
+	}
+	if err := checkGatewayFlags(&c); err != nil {
+		return c, err
+	}
 	if c.OutputHard, c.OutputSoft, c.OutputSoftFor, err = parseOutputLimit(*obl); err != nil {
 		return c, fmt.Errorf("--client-output-buffer-limit: %v", err)
 	}
@@ -254,6 +279,13 @@ func run(cfg Config) error {
 		return err
 	}
 	defer exec.Close()
+	// The gateways listen before the RESP port does, so that a bad policy
+	// file or a taken address stops the start with nothing served.
+	stopGateways, err := startGateways(cfg, exec, log)
+	if err != nil {
+		return err
+	}
+	defer stopGateways()
 	srv, err := resp.New(resp.Config{
 		Addr:          cfg.Addr,
 		MaxClients:    maxClients,

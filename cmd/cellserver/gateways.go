@@ -1,0 +1,71 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/gateway"
+	"github.com/cellserver/cellserver/gateway/policy"
+)
+
+// checkGatewayFlags validates the gateway flags together.
+func checkGatewayFlags(c *Config) error {
+	if (c.HTTPAddr != "" || c.GRPCAddr != "") && c.PolicyFile == "" {
+		return errors.New("--http-addr and --grpc-addr need --policy-file (the limits they apply)")
+	}
+	switch c.HTTPOnError {
+	case "allow", "deny":
+	default:
+		return fmt.Errorf("--http-on-error must be allow or deny, got %q", c.HTTPOnError)
+	}
+	if c.HTTPTrustedHops < 0 {
+		return fmt.Errorf("--http-trusted-hops must not be negative, got %d", c.HTTPTrustedHops)
+	}
+	if c.HTTPMaxConns < 1 {
+		return fmt.Errorf("--http-max-conns must be at least 1, got %d", c.HTTPMaxConns)
+	}
+	return nil
+}
+
+// startGateways starts the HTTP, gRPC and metrics front ends the flags ask
+// for, all on exec's decision API. stop shuts them down.
+func startGateways(cfg Config, exec *commands.Server, log *slog.Logger) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	var eng *gateway.Engine
+	if cfg.PolicyFile != "" {
+		src, err := policy.Open(cfg.PolicyFile, policy.SourceOptions{Poll: time.Second, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("--policy-file: %w", err)
+		}
+		stops = append(stops, src.Close)
+		eng = gateway.New(gateway.Config{Service: exec.Service(), Policies: src, Observer: gatewayObserver(exec)})
+	}
+	if cfg.GRPCAddr != "" {
+		s, err := startGRPC(cfg, eng, log)
+		if err != nil {
+			return nil, fmt.Errorf("--grpc-addr: %w", err)
+		}
+		stops = append(stops, s)
+	}
+	if cfg.HTTPAddr != "" || cfg.MetricsAddr != "" {
+		s, err := startHTTP(cfg, eng, exec, log)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, s)
+	}
+	return stop, nil
+}

@@ -1,0 +1,374 @@
+// Package gateway is the rate-limit decision of cellserver's HTTP-facing
+// front ends (the forward-auth check of gateway/httpcheck, Envoy's
+// rate-limit service in gateway/rls): a request's descriptors, matched
+// against the policy file (gateway/policy), become one all-or-nothing
+// CL.LIMIT step of the decision API (package service). Either every limit
+// the request matches admits it and each is charged, or none is: a request
+// refused by its per-minute limit never spends its per-day quota (unlike
+// envoyproxy/ratelimit, issue #1060).
+//
+// Shadow-mode limits are decided apart, after the enforced ones: they are
+// charged when the request passes and they admit it; one that would refuse
+// is reported (Status.Shadowed, counted) and the request passes.
+//
+// The front ends map a Decision to their protocol; the header values every
+// one of them shows come from Decision.Values (package gateway/header).
+package gateway
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/cellserver/cellserver/gateway/header"
+	"github.com/cellserver/cellserver/gateway/policy"
+	"github.com/cellserver/cellserver/limit"
+	"github.com/cellserver/cellserver/service"
+)
+
+// Code is a descriptor's or a request's outcome, as Envoy's.
+type Code uint8
+
+// Codes (the values of Envoy's RateLimitResponse.Code).
+const (
+	Unknown   Code = 0
+	OK        Code = 1
+	OverLimit Code = 2
+)
+
+func (c Code) String() string {
+	switch c {
+	case OK:
+		return "OK"
+	case OverLimit:
+		return "OVER_LIMIT"
+	}
+	return "UNKNOWN"
+}
+
+// MaxDescriptors is the most descriptors one request may carry: CL.LIMIT
+// decides at most limit.MaxLimits limits at once.
+const MaxDescriptors = limit.MaxLimits
+
+// Errors of Check. Every other error is the store's (service.ErrClosed,
+// service.ErrInternal, ...): the request was not decided.
+var (
+	// ErrTooManyDescriptors: more than MaxDescriptors descriptors.
+	ErrTooManyDescriptors = errors.New("gateway: more than 16 descriptors in one request")
+	// ErrEmptyDomain: the request names no domain.
+	ErrEmptyDomain = errors.New("gateway: the request names no domain")
+)
+
+// Request is one rate-limit request: Envoy's RateLimitRequest.
+type Request struct {
+	Domain      string
+	Descriptors []policy.Descriptor
+	// HitsAddend is the request's hits (0 means 1); a descriptor's own
+	// HitsAddend overrides it.
+	HitsAddend uint64
+}
+
+// Status is one descriptor's outcome.
+type Status struct {
+	Code Code
+	// Limit is the matched limit; nil when none applies (Code OK).
+	Limit *policy.RateLimit
+	// Remaining is the limit's remaining quota (math.MaxUint32 for an
+	// unlimited one).
+	Remaining uint32
+	// ResetAfter is the time until the limit's state has run out (Envoy's
+	// duration_until_reset).
+	ResetAfter time.Duration
+	// RetryAfter is, for a refusing limit, the time until the same request
+	// would pass (the window's length when it never can).
+	RetryAfter time.Duration
+	// Shadowed: a shadow-mode limit that would have refused; Code is OK.
+	Shadowed bool
+}
+
+// Decision is a request's outcome.
+type Decision struct {
+	Overall  Code
+	Statuses []Status // one per descriptor, in request order
+	// Deciding is the index of the status the headers describe: the
+	// limit that refused, or the enforced limit closest to refusing; -1
+	// when no enforced limit applied.
+	Deciding int
+	Now      time.Time // the store clock's instant of the decision
+}
+
+// Violated names the limits that refused the request.
+func (d *Decision) Violated() []string {
+	var v []string
+	for _, s := range d.Statuses {
+		if s.Code == OverLimit && s.Limit != nil {
+			v = append(v, s.Limit.Name)
+		}
+	}
+	return v
+}
+
+// Values are the decision's header values (gateway/header): every enforced
+// limit that applied as a policy, the deciding one described.
+func (d *Decision) Values() header.Values {
+	v := header.Values{Deciding: -1, Limited: d.Overall == OverLimit, Now: d.Now}
+	for i, s := range d.Statuses {
+		if s.Limit == nil || s.Limit.Unlimited || s.Limit.ShadowMode {
+			continue
+		}
+		if i == d.Deciding {
+			v.Deciding = len(v.Policies)
+			v.Remaining = int64(s.Remaining)
+			v.ResetAfter = s.ResetAfter
+			v.RetryAfter = s.RetryAfter
+			v.Reset = untilMore(s)
+			if v.Limited {
+				v.Reset = s.RetryAfter
+			}
+		}
+		v.Policies = append(v.Policies, header.Policy{
+			Name:      s.Limit.Name,
+			Quota:     quota(s.Limit),
+			Window:    s.Limit.Window,
+			Algorithm: s.Limit.Algorithm,
+		})
+	}
+	return v
+}
+
+// quota is RateLimit-Policy's q of l: its limit (GCRA: its burst).
+func quota(l *policy.RateLimit) int64 {
+	if l.Limit == nil {
+		return int64(l.RequestsPerUnit)
+	}
+	return limitOf(l.Limit)
+}
+
+func limitOf(l limit.Limit) int64 {
+	switch x := l.(type) {
+	case limit.GCRA:
+		return int64(x.MaxBurst) + 1
+	case limit.FW:
+		return int64(x.Limit)
+	case limit.SWC:
+		return int64(x.Limit)
+	case limit.SWL:
+		return int64(x.Limit)
+	case limit.CAL:
+		return int64(x.Limit)
+	}
+	return 0
+}
+
+// untilMore is RateLimit's t for an admitting limit: the time until quota
+// it has used comes back. Window algorithms give it back at the window's
+// end (SWC and SWL bit by bit before that: the end bounds it); GCRA one
+// emission interval after the last that is still owed.
+func untilMore(s Status) time.Duration {
+	lim := limitOf(s.Limit.Limit)
+	used := lim - int64(s.Remaining)
+	if used <= 0 {
+		return 0
+	}
+	if g, ok := s.Limit.Limit.(limit.GCRA); ok {
+		t := time.Duration(g.Interval())
+		return max(0, s.ResetAfter-time.Duration(used-1)*t)
+	}
+	return s.ResetAfter
+}
+
+// Observer is told of every decision (metrics).
+type Observer interface {
+	// Decided is called after each decided request, with the front end's
+	// name ("http", "grpc", ...) and how long the decision took.
+	Decided(frontend, domain string, d *Decision, took time.Duration)
+}
+
+// Config configures an Engine.
+type Config struct {
+	Service  *service.Service
+	Policies *policy.Source
+	Observer Observer // optional
+}
+
+// Engine decides requests. Safe for concurrent use.
+type Engine struct {
+	svc *service.Service
+	src *policy.Source
+	obs Observer
+	buf sync.Pool // *scratch
+}
+
+// scratch is one Check's reusable buffers.
+type scratch struct {
+	matches []policy.Match
+	call    service.Limit
+	specs   []limit.Spec
+	specOf  []int // the spec of each status, -1 for none
+}
+
+// New returns an Engine.
+func New(cfg Config) *Engine {
+	e := &Engine{svc: cfg.Service, src: cfg.Policies, obs: cfg.Observer}
+	e.buf.New = func() any { return &scratch{} }
+	return e
+}
+
+// Policies returns the engine's policy source.
+func (e *Engine) Policies() *policy.Source { return e.src }
+
+// Check decides req. Its error is ErrTooManyDescriptors, ErrEmptyDomain,
+// or the decision API's (service.ErrKeyTooLong, service.ErrClosed,
+// service.ErrInternal, a cluster routing error): nothing was charged.
+func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
+	start := time.Now()
+	if req.Domain == "" {
+		return nil, ErrEmptyDomain
+	}
+	if len(req.Descriptors) > MaxDescriptors {
+		return nil, ErrTooManyDescriptors
+	}
+	sc := e.buf.Get().(*scratch)
+	defer e.buf.Put(sc)
+	cfg := e.src.Current()
+	sc.matches = cfg.MatchAll(req.Domain, req.Descriptors, sc.matches[:0])
+	d := &Decision{Overall: OK, Statuses: make([]Status, len(req.Descriptors)), Deciding: -1}
+
+	// The enforced limits, one CL.LIMIT call; a key matched twice in one
+	// request is one limit charged the sum of the costs.
+	sc.specs, sc.specOf = sc.specs[:0], sc.specOf[:0]
+	var shadow []int
+	for i, m := range sc.matches {
+		st := &d.Statuses[i]
+		st.Code, st.Limit = OK, m.Limit
+		sc.specOf = append(sc.specOf, -1)
+		switch {
+		case m.Limit == nil:
+			continue
+		case m.Limit.Unlimited:
+			st.Remaining = math.MaxUint32
+			continue
+		case m.Limit.ShadowMode:
+			shadow = append(shadow, i)
+			continue
+		}
+		cost := costOf(req, i, m.Limit)
+		j := indexKey(sc.specs, m.Key)
+		if j >= 0 {
+			sc.specs[j].Cost = satAdd32(sc.specs[j].Cost, cost)
+		} else {
+			j = len(sc.specs)
+			sc.specs = append(sc.specs, limit.Spec{Key: []byte(m.Key), Limit: m.Limit.Limit, Cost: cost})
+		}
+		sc.specOf[i] = j
+	}
+	if len(sc.specs) > 0 {
+		c := &sc.call
+		*c = service.Limit{Call: limit.Call{Limits: sc.specs, Options: limit.Options{MS: true}}}
+		if err := e.svc.Do(c); err != nil {
+			return nil, err
+		}
+		if c.Err != nil {
+			return nil, c.Err
+		}
+		res := c.Results()
+		for i, j := range sc.specOf {
+			if j < 0 {
+				continue
+			}
+			fill(&d.Statuses[i], res[j].R5)
+			if d.Deciding < 0 && c.Decision.Index == j+1 {
+				d.Deciding = i
+			}
+		}
+		if c.Decision.Limited {
+			d.Overall = OverLimit
+		}
+	}
+
+	// Shadow limits: each on its own, charged only if the request passes.
+	for _, i := range shadow {
+		m := sc.matches[i]
+		c := &service.Limit{Call: limit.Call{
+			Limits:  []limit.Spec{{Key: []byte(m.Key), Limit: m.Limit.Limit, Cost: costOf(req, i, m.Limit)}},
+			Options: limit.Options{MS: true, Peek: d.Overall == OverLimit},
+		}}
+		if err := e.svc.Do(c); err != nil {
+			return nil, err
+		}
+		if c.Err != nil {
+			return nil, c.Err
+		}
+		st := &d.Statuses[i]
+		fill(st, c.Results()[0].R5)
+		if st.Code == OverLimit {
+			st.Code, st.Shadowed = OK, true
+		}
+	}
+	d.Now = time.Unix(0, e.svc.Store().Clock().Now())
+	if e.obs != nil {
+		e.obs.Decided(frontend, req.Domain, d, time.Since(start))
+	}
+	return d, nil
+}
+
+// fill sets a status from its limit's R5 (in ms).
+func fill(st *Status, r limit.R5) {
+	st.Remaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+	st.ResetAfter = time.Duration(max(r.ResetAfter, 0)) * time.Millisecond
+	if r.Limited {
+		st.Code = OverLimit
+		st.RetryAfter = time.Duration(r.RetryAfter) * time.Millisecond
+		if r.RetryAfter < 0 { // the cost can never fit
+			st.RetryAfter = st.Limit.Window
+		}
+	}
+}
+
+// costOf is descriptor i's charge: its hits (the request's unless it has
+// its own) times the limit's cost, saturated to CL.LIMIT's largest.
+func costOf(req *Request, i int, l *policy.RateLimit) uint32 {
+	hits := req.HitsAddend
+	if hits == 0 {
+		hits = 1
+	}
+	if d := req.Descriptors[i]; d.HasHits {
+		hits = d.HitsAddend
+	}
+	cost := uint64(l.Cost)
+	if cost == 0 {
+		cost = 1
+	}
+	if hits != 0 && cost > math.MaxUint32/hits {
+		return math.MaxUint32
+	}
+	return uint32(min(hits*cost, math.MaxUint32))
+}
+
+func indexKey(specs []limit.Spec, key string) int {
+	for j := range specs {
+		if string(specs[j].Key) == key {
+			return j
+		}
+	}
+	return -1
+}
+
+func satAdd32(a, b uint32) uint32 {
+	if a > math.MaxUint32-b {
+		return math.MaxUint32
+	}
+	return a + b
+}
+
+// IsUnavailable reports whether err means the store could not answer (the
+// front ends' UNAVAILABLE / on-error path), rather than a bad request.
+func IsUnavailable(err error) bool {
+	switch {
+	case errors.Is(err, ErrTooManyDescriptors), errors.Is(err, ErrEmptyDomain),
+		errors.Is(err, service.ErrKeyTooLong), errors.Is(err, service.ErrBadCall):
+		return false
+	}
+	return err != nil
+}
