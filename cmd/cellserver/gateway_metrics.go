@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/gateway"
 )
@@ -8,3 +10,6 @@ import (
 // gatewayObserver is the Observer that counts the gateways' decisions in
 // the server's metrics registry.
 func gatewayObserver(exec *commands.Server) gateway.Observer { return nil }
+
+// metricsHandler serves the server's Prometheus metrics (/metrics).
+func metricsHandler(exec *commands.Server) http.Handler { return http.NotFoundHandler() }
