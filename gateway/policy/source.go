@@ -25,6 +25,9 @@ type Source struct {
 	stats SourceStats
 	seen  stamp // the file as last looked at (loaded or refused)
 	gone  bool  // the file was missing at the last poll (logged once)
+	// unsettled is the hash of contents that did not parse, seen once:
+	// refused if seen again at the next poll.
+	unsettled [sha256.Size]byte
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -119,7 +122,9 @@ func (s *Source) watch() {
 
 // poll looks at the file once and loads it if it changed. The contents are
 // read every time (the file is small): a size and mtime that did not
-// change do not prove the contents did not.
+// change do not prove the contents did not. Good contents load at once;
+// bad ones are refused at the second poll that sees them, so that a file
+// caught half-written by an in-place write is not reported.
 func (s *Source) poll() {
 	loaded, err := s.load()
 	if loaded && s.opt.OnReload != nil {
@@ -148,18 +153,25 @@ func (s *Source) load() (loaded bool, _ error) {
 		s.gone = false
 		s.opt.Logger.Info("policy file is back", "file", s.path)
 	}
-	same := st.sum == s.seen.sum
-	s.seen = st
-	if same {
+	if st.sum == s.seen.sum {
+		s.seen = st
 		return false, nil
 	}
 	c, err := Parse(data)
 	if err != nil {
+		// A file written in place can be read half-written: a refusal
+		// counts once the same contents are seen at two polls in a row.
+		if s.unsettled != st.sum {
+			s.unsettled = st.sum
+			return false, nil
+		}
+		s.seen = st
 		s.stats.Failures++
 		s.stats.LastError = err.Error()
 		s.opt.Logger.Error("policy file refused, keeping the previous policy", "file", s.path, "err", err.Error())
 		return true, err
 	}
+	s.seen = st
 	s.cur.Store(c)
 	s.stats.Reloads++
 	s.stats.LoadedAt = time.Now()
