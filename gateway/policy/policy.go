@@ -14,7 +14,24 @@
 // wildcard ("foo*" matches every value starting with "foo"; "*" any), then
 // one with the same key and no value. The limit applied is the rate_limit
 // of the node reached after the last entry; a node without one (or a
-// descriptor that leaves the tree) is no limit.
+// descriptor that leaves the tree) is no limit. Wildcards are tried in file
+// order, the first that fits wins, as there.
+//
+// Quick start:
+//
+//	src, err := policy.Open("policy.yaml", policy.SourceOptions{})
+//	if err != nil { ... }                      // the file does not load
+//	defer src.Close()
+//	ms := src.Current().MatchAll("api", descriptors, nil)
+//	// ms[i].Limit: nil, or the limit (ms[i].Limit.Limit its CL.LIMIT
+//	// limit); ms[i].Key: the bucket's store key
+//
+// Each match's Key is "rl:<domain>:<algorithm>:<key>=<value>:...", every
+// part percent-escaped for ':', '=', '%', '#', '{' and '}': distinct
+// descriptors never share a key, a client cannot choose a Redis Cluster
+// hash tag, and a reload that changes a rule's algorithm starts a new
+// bucket. Keys stay within MaxKeyBytes (a longer one ends in "#" and the
+// SHA-256 of the whole). docs/policy.md describes the format.
 package policy
 
 import (

@@ -573,3 +573,19 @@ func BenchmarkMatchAll(b *testing.B) {
 		out = c.MatchAll("rl", ds, out[:0])
 	}
 }
+
+// The examples of docs/policy.md load.
+func TestDocExamples(t *testing.T) {
+	data, err := os.ReadFile("../../docs/policy.md")
+	require.NoError(t, err)
+	_, examples, ok := strings.Cut(string(data), "## Examples")
+	require.True(t, ok)
+	blocks := strings.Split(examples, "```yaml\n")[1:]
+	require.Len(t, blocks, 3)
+	for _, b := range blocks {
+		doc, _, ok := strings.Cut(b, "```")
+		require.True(t, ok)
+		_, err := Parse([]byte(doc))
+		assert.NoError(t, err, doc)
+	}
+}
