@@ -30,6 +30,10 @@ const (
 	MaxDomainBytes = 128
 	// MaxNameBytes is the longest rate_limit name (a header value).
 	MaxNameBytes = 128
+	// MaxDescriptors is the most configured descriptors (rules) a file
+	// holds, counted as loaded: YAML aliases could otherwise make a small
+	// file a tree of billions.
+	MaxDescriptors = 100_000
 )
 
 // Parse parses a policy file's contents (one or more YAML documents). The
@@ -39,6 +43,7 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("policy: the file is %d bytes, more than %d", len(data), MaxFileBytes)
 	}
 	c := &Config{domains: map[string]*domain{}}
+	budget := MaxDescriptors
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for doc := 1; ; doc++ {
 		var root yaml.Node
@@ -52,7 +57,7 @@ func Parse(data []byte) (*Config, error) {
 		if len(root.Content) == 0 || isNull(root.Content[0]) {
 			continue // an empty document ("---" at the end, comments only)
 		}
-		p := &parser{doc: doc}
+		p := &parser{doc: doc, budget: &budget}
 		d, err := p.domain(root.Content[0])
 		if err != nil {
 			return nil, err
@@ -75,6 +80,8 @@ type parser struct {
 	doc   int
 	dom   string
 	names map[string]bool // the domain's limit names, explicit and generated
+	// budget is how many more descriptors the file may hold.
+	budget *int
 }
 
 // errf is a refusal: "policy: document 2 (domain "x"), descriptors[0].rate_limit.unit: ... (line 7)".
@@ -118,7 +125,10 @@ func (p *parser) fields(n *yaml.Node, path string, allowed ...string) (map[strin
 	m := make(map[string]*yaml.Node, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
+			return nil, p.errf(k, path, "merge keys (<<) are not supported: write the fields out")
+		}
+		if k.Kind != yaml.ScalarNode {
 			return nil, p.errf(k, path, "a key that is not a string")
 		}
 		known := false
@@ -260,6 +270,9 @@ func (p *parser) descriptors(d *domain, parent *node, n *yaml.Node, path, full s
 	}
 	for i, it := range items {
 		ipath := path + "[" + strconv.Itoa(i) + "]"
+		if *p.budget--; *p.budget < 0 {
+			return p.errf(it, ipath, "more than %d descriptors in the file", MaxDescriptors)
+		}
 		f, err := p.fields(it, ipath, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric")
 		if err != nil {
 			return err

@@ -438,6 +438,8 @@ func TestRefusals(t *testing.T) {
 		{"- a\n", "want a mapping, got a list"},
 		{"domain: d\ndescriptors: {}\n", "descriptors: want a list, got a mapping"},
 		{head + "- value: x\n", `descriptors[0]: descriptor has empty key (line 3)`},
+		{head + "- <<: {key: k}\n", `descriptors[0]: merge keys (<<) are not supported`},
+		{head + "- key: [k]\n", `descriptors[0].key: want a string, got a list`},
 		{head + "- key: k\n  vaule: x\n", `descriptors[0]: unknown key "vaule"`},
 		{head + "- key: k\n- key: k\n", `descriptors[1]: duplicate descriptor composite key 'd.k'`},
 		{head + "- key: k\n  value: v\n- key: k\n  value: v\n", `duplicate descriptor composite key 'd.k_v'`},
@@ -588,4 +590,36 @@ func TestDocExamples(t *testing.T) {
 		_, err := Parse([]byte(doc))
 		assert.NoError(t, err, doc)
 	}
+}
+
+// Aliases cannot blow a small file up into a huge tree; used with
+// measure, they load.
+func TestAliasBomb(t *testing.T) {
+	c, err := Parse([]byte(bomb(2)))
+	require.NoError(t, err)
+	assert.Equal(t, "d-level2-k3-k4-k5", c.Match("d", desc("level2=x,k3=y,k4=z,k5=w")).Limit.Name)
+	_, err = Parse([]byte(bomb(6)))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "more than 100000 descriptors in the file")
+}
+
+// bomb is a document whose descriptors, through aliases, form a tree of
+// 10^levels rules.
+func bomb(levels int) string {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	// Level 0 is written out with an anchor; every further level is 10
+	// rules whose descriptors alias the level below.
+	ind := "  "
+	b.WriteString(ind + "- key: root\n" + ind + "  descriptors: &l0\n")
+	for j := range 10 {
+		fmt.Fprintf(&b, "%s    - {key: k%d, rate_limit: {unit: second, requests_per_unit: 1}}\n", ind, j)
+	}
+	for i := 1; i <= levels; i++ {
+		fmt.Fprintf(&b, "%s- key: level%d\n%s  descriptors: &l%d\n", ind, i, ind, i)
+		for j := range 10 {
+			fmt.Fprintf(&b, "%s    - {key: k%d, descriptors: *l%d}\n", ind, j, i-1)
+		}
+	}
+	return b.String()
 }
