@@ -53,7 +53,10 @@ type SourceOptions struct {
 	Poll   time.Duration
 	Logger *slog.Logger
 	// OnReload, if set, is called after every attempt to load a changed
-	// file: err nil when the new Config is in force.
+	// file: err nil when the new Config is in force. Contents that do not
+	// parse are refused (and reported) when seen at two polls in a row,
+	// so that a file read half-written is not. Called on the watching
+	// goroutine, never with the Source's lock held.
 	OnReload func(err error)
 }
 
