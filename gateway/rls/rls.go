@@ -142,7 +142,9 @@ func descriptor(in *rlv3.RateLimitDescriptor, out *policy.Descriptor) error {
 	if l := in.GetLimit(); l != nil {
 		u, ok := overrideUnits[l.GetUnit()]
 		if !ok {
-			return fmt.Errorf("limit override with unit %s", l.GetUnit())
+			// A unit this build does not know (a later Envoy's): refused
+			// rather than decided as some other window.
+			return fmt.Errorf("limit override with unknown unit %d", int32(l.GetUnit()))
 		}
 		if m := l.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
 			// A window of m units is no fixed window of one unit: deciding
@@ -155,14 +157,16 @@ func descriptor(in *rlv3.RateLimitDescriptor, out *policy.Descriptor) error {
 }
 
 // overrideUnits are the units a limit override may name (envoy.type.v3
-// has no week).
+// has no week). UNKNOWN is passed on: the policy then ignores the
+// override and applies the file's rule, as envoyproxy/ratelimit does.
 var overrideUnits = map[typev3.RateLimitUnit]policy.Unit{
-	typev3.RateLimitUnit_SECOND: policy.Second,
-	typev3.RateLimitUnit_MINUTE: policy.Minute,
-	typev3.RateLimitUnit_HOUR:   policy.Hour,
-	typev3.RateLimitUnit_DAY:    policy.Day,
-	typev3.RateLimitUnit_MONTH:  policy.Month,
-	typev3.RateLimitUnit_YEAR:   policy.Year,
+	typev3.RateLimitUnit_UNKNOWN: policy.UnitUnknown,
+	typev3.RateLimitUnit_SECOND:  policy.Second,
+	typev3.RateLimitUnit_MINUTE:  policy.Minute,
+	typev3.RateLimitUnit_HOUR:    policy.Hour,
+	typev3.RateLimitUnit_DAY:     policy.Day,
+	typev3.RateLimitUnit_MONTH:   policy.Month,
+	typev3.RateLimitUnit_YEAR:    policy.Year,
 }
 
 // responseUnits are current_limit's units.

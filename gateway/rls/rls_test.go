@@ -318,11 +318,22 @@ func TestLimitOverride(t *testing.T) {
 	resp := h.call(t, 0, d)
 	assert.Equal(t, rlspb.RateLimitResponse_OK, resp.OverallCode)
 	require.NotNil(t, resp.Statuses[0].CurrentLimit)
+	assert.Equal(t, "override_1_per_hour", resp.Statuses[0].CurrentLimit.Name)
 	assert.Equal(t, uint32(1), resp.Statuses[0].CurrentLimit.RequestsPerUnit)
 	assert.Equal(t, rlspb.RateLimitResponse_RateLimit_HOUR, resp.Statuses[0].CurrentLimit.Unit)
 	assert.Equal(t, time.Hour, resp.Statuses[0].DurationUntilReset.AsDuration())
 	resp = h.call(t, 0, d)
 	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, resp.OverallCode, "the override's 1 per hour")
+
+	// An override with unit UNKNOWN is ignored: the file's rule applies,
+	// as in envoyproxy/ratelimit.
+	u := desc("user", "olga")
+	u.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	resp = h.call(t, 0, u)
+	assert.Equal(t, rlspb.RateLimitResponse_OK, resp.OverallCode)
+	require.NotNil(t, resp.Statuses[0].CurrentLimit)
+	assert.Equal(t, "per_minute", resp.Statuses[0].CurrentLimit.Name)
+	assert.Equal(t, uint32(2), resp.Statuses[0].LimitRemaining)
 }
 
 func TestHeadersOnOK(t *testing.T) {
@@ -467,8 +478,8 @@ func TestBadRequests(t *testing.T) {
 	}
 	neg := desc("user", "x")
 	neg.IsNegativeHits = true
-	noUnit := desc("user", "x")
-	noUnit.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	badUnit := desc("user", "x")
+	badUnit.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit(99)}
 	mult := desc("user", "x")
 	mult.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(30)}
 	for name, req := range map[string]*rlspb.RateLimitRequest{
@@ -477,7 +488,7 @@ func TestBadRequests(t *testing.T) {
 		"17 descriptors":   {Domain: "rls", Descriptors: many},
 		"65 entries":       {Domain: "rls", Descriptors: []*rlv3.RateLimitDescriptor{long}},
 		"negative hits":    {Domain: "rls", Descriptors: []*rlv3.RateLimitDescriptor{neg}},
-		"override no unit": {Domain: "rls", Descriptors: []*rlv3.RateLimitDescriptor{noUnit}},
+		"override unit 99": {Domain: "rls", Descriptors: []*rlv3.RateLimitDescriptor{badUnit}},
 		"unit multiplier":  {Domain: "rls", Descriptors: []*rlv3.RateLimitDescriptor{mult}},
 		"key too long":     {Domain: "rls", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", strings.Repeat("v", 100))}},
 	} {
