@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,7 +104,7 @@ type options struct {
 
 // newHarness runs a Server on a real in-memory store with a frozen clock,
 // on a loopback port, and dials it.
-func newHarness(t *testing.T, opts ...func(*options)) *harness {
+func newHarness(t testing.TB, opts ...func(*options)) *harness {
 	t.Helper()
 	var o options
 	o.cfg.Headers = header.Default
@@ -139,7 +140,7 @@ func newHarness(t *testing.T, opts ...func(*options)) *harness {
 	return h
 }
 
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
@@ -147,7 +148,7 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -619,4 +620,25 @@ func TestConfigRefused(t *testing.T) {
 	assert.ErrorContains(t, err, "no engine")
 	_, err = New(Config{Engine: gateway.New(gateway.Config{}), MaxConns: -1})
 	assert.ErrorContains(t, err, "MaxConns")
+}
+
+// BenchmarkShouldRateLimit is the gRPC round trip of one decision (two
+// descriptors, one CL.LIMIT step), from parallel callers on one connection
+// as Envoy's worker multiplexes them.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	h := newHarness(b)
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			k := "u" + strconv.FormatInt(n.Add(1)%4096, 10)
+			_, err := h.rls.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "rls",
+				Descriptors: []*rlv3.RateLimitDescriptor{desc("user_day", k), desc("free", k)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
