@@ -102,6 +102,7 @@ func TestMinuteRejectionNeverChargesTheDay(t *testing.T) {
 		require.Equal(t, OverLimit, d.Overall)
 		assert.Equal(t, OverLimit, d.Statuses[0].Code)
 		assert.Equal(t, OK, d.Statuses[1].Code)
+		assert.Equal(t, uint32(3), d.Statuses[1].Remaining, "the day as it is, not as if charged")
 		assert.Equal(t, 0, d.Deciding)
 		assert.Equal(t, []string{"per_minute"}, d.Violated())
 		assert.Equal(t, time.Minute, d.Statuses[0].RetryAfter)

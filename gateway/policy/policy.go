@@ -143,6 +143,13 @@ type RateLimit struct {
 	generated string // the name made from the descriptor path, before it is made unique
 }
 
+// Blocks reports whether l refuses every hit: requests_per_unit 0 (an
+// envoyproxy/ratelimit block list entry). Its Limit is then a fixed window
+// of 1 and its Cost the largest, so that every charge above 0 is refused
+// (a check-only one passes, as there); what a response shows of it should
+// be a quota of 0 and nothing remaining.
+func (l *RateLimit) Blocks() bool { return !l.Unlimited && l.RequestsPerUnit == 0 }
+
 // Match is one request descriptor's match.
 type Match struct {
 	// Limit is the matched limit; nil: no limit applies (the descriptor

@@ -142,6 +142,8 @@ func TestRequestsPerUnitZeroBlocks(t *testing.T) {
 	c := load(t, "example3.yaml")
 	l := c.Match("edge_proxy_per_ip", desc("remote_address=50.0.0.5")).Limit
 	require.NotNil(t, l)
+	assert.True(t, l.Blocks())
+	assert.False(t, c.Match("edge_proxy_per_ip", desc("remote_address=50.0.0.1")).Limit.Blocks())
 	fw, ok := l.Limit.(limit.FW)
 	require.True(t, ok)
 	r, err := fw.Eval(nil, 0, l.Cost, true)
