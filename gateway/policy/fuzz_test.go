@@ -56,7 +56,7 @@ func FuzzKeyRoundTrip(f *testing.F) {
 	f.Add("d", strings.Repeat("k", 600), "v", "k2", "v2")
 	f.Fuzz(func(t *testing.T, domain, k1, v1, k2, v2 string) {
 		entries := []Entry{{k1, v1}, {k2, v2}}
-		key := storeKey("rl:"+escape(domain)+":", "gcra", entries)
+		key := storeKey("rl:"+escape(domain)+":", "gcra", entries, nil)
 		if strings.Contains(key, "#") {
 			assert.Len(t, key, MaxKeyBytes)
 			return

@@ -273,7 +273,8 @@ func (p *parser) descriptors(d *domain, parent *node, n *yaml.Node, path, full s
 		if *p.budget--; *p.budget < 0 {
 			return p.errf(it, ipath, "more than %d descriptors in the file", MaxDescriptors)
 		}
-		f, err := p.fields(it, ipath, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric")
+		f, err := p.fields(it, ipath, "key", "value", "rate_limit", "descriptors",
+			"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold")
 		if err != nil {
 			return err
 		}
@@ -288,19 +289,23 @@ func (p *parser) descriptors(d *domain, parent *node, n *yaml.Node, path, full s
 		if err != nil {
 			return err
 		}
-		shadow, err := p.boolean(f["shadow_mode"], ipath+".shadow_mode")
-		if err != nil {
-			return err
+		var flags [4]bool // shadow_mode, detailed_metric, value_to_metric, share_threshold
+		for j, k := range []string{"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"} {
+			if flags[j], err = p.boolean(f[k], ipath+"."+k); err != nil {
+				return err
+			}
 		}
-		detailed, err := p.boolean(f["detailed_metric"], ipath+".detailed_metric")
-		if err != nil {
-			return err
+		shadow, detailed, share := flags[0], flags[1], flags[3]
+		if share && !strings.HasSuffix(value, "*") {
+			return p.errf(f["share_threshold"], ipath+".share_threshold",
+				"share_threshold can only be used with wildcard values (ending with '*'), but found value %q", value)
 		}
 		part := key
 		if value != "" {
 			part += "_" + value
 		}
-		child := &node{}
+		child := &node{share: share}
+		d.share = d.share || share
 		if !parent.add(key, value, child) {
 			return p.errf(it, ipath, "duplicate descriptor composite key '%s'", full+"."+part)
 		}
@@ -344,7 +349,7 @@ func (n *node) add(key, value string, child *node) bool {
 	}
 	n.exact[e] = child
 	if strings.HasSuffix(value, "*") {
-		n.wild = append(n.wild, wildNode{key: key, prefix: strings.TrimSuffix(value, "*"), n: child})
+		n.wild = append(n.wild, wildNode{key: key, value: value, prefix: strings.TrimSuffix(value, "*"), n: child})
 	}
 	return true
 }

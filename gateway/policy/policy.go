@@ -175,6 +175,7 @@ type domain struct {
 	prefix string // the store keys' "rl:<escaped domain>:"
 	root   node
 	limits []*RateLimit // in file order
+	share  bool         // some descriptor has share_threshold
 }
 
 // node is one level of a descriptor tree: the configured descriptors under
@@ -185,12 +186,16 @@ type node struct {
 	wild  []wildNode
 	bare  map[string]*node
 	limit *RateLimit
+	// share: a wildcard descriptor with share_threshold: every value it
+	// matches counts in one bucket (its key holds the wildcard, not the
+	// value).
+	share bool
 }
 
 // wildNode is a descriptor whose value ends in "*".
 type wildNode struct {
-	key, prefix string
-	n           *node
+	key, value, prefix string // prefix: value without its "*"
+	n                  *node
 }
 
 func (n *node) leaf() bool { return len(n.exact) == 0 && len(n.wild) == 0 && len(n.bare) == 0 }
