@@ -118,9 +118,12 @@ type Override struct {
 
 // RateLimit is one configured limit (a descriptor's rate_limit).
 type RateLimit struct {
-	// Name is rate_limit.name, or, when the file names none, the
-	// descriptor path "domain.key_value.key" (stable across reloads):
-	// what metrics, RateLimit-Policy items and replaces refer to.
+	// Name is rate_limit.name, or, when the file names none, one made of
+	// the descriptor path in [a-z0-9_-]: "domain-key_value-key", lower
+	// case, other characters '_', "-2", "-3", ... against a name already
+	// in the domain, at most MaxNameBytes (stable across reloads of the
+	// same file): what metrics, RateLimit-Policy items and replaces refer
+	// to.
 	Name            string
 	Unit            Unit
 	RequestsPerUnit uint32
@@ -158,7 +161,8 @@ type Match struct {
 	// Key is the store key of the matched bucket: the domain, the
 	// algorithm, and the request's own entries down the matched path
 	// (a wildcard or value-less rule gives every distinct value its own
-	// bucket). Stable across reloads for the same rule.
+	// bucket, a share_threshold wildcard one bucket for all). Stable
+	// across reloads for the same rule and algorithm.
 	Key string
 }
 
