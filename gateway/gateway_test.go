@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -289,6 +292,55 @@ func TestBlocked(t *testing.T) {
 	}
 	assert.Equal(t, uint32(2), remaining(t, e, "user=b"), "the request's other limit was not charged")
 	remaining(t, e, "banned=1.2.3.4")
+}
+
+// A reload that changes a rule's algorithm starts a new bucket: no
+// WRONGTYPE from the old algorithm's state. One that changes only the
+// limit keeps the bucket and its count.
+func TestReloadChangesAlgorithm(t *testing.T) {
+	clk := &store.Clock{}
+	clk.Set(t0)
+	st, err := store.New(store.Config{Shards: 4, Clock: clk})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	write := func(rl string) {
+		require.NoError(t, os.WriteFile(path+".tmp", []byte("domain: api\ndescriptors:\n- key: user\n  rate_limit: {"+rl+"}\n"), 0o644))
+		require.NoError(t, os.Rename(path+".tmp", path))
+	}
+	write("unit: minute, requests_per_unit: 3")
+	reloads := make(chan error, 4)
+	src, err := policy.Open(path, policy.SourceOptions{
+		Poll: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		OnReload: func(err error) { reloads <- err },
+	})
+	require.NoError(t, err)
+	t.Cleanup(src.Close)
+	e := New(Config{Service: service.New(service.Config{Store: st}), Policies: src})
+	reload := func(rl string) {
+		t.Helper()
+		write(rl)
+		select {
+		case err := <-reloads:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reload")
+		}
+	}
+
+	d := check(t, e, "user=r")
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, uint32(2), d.Statuses[0].Remaining)
+
+	reload("unit: minute, requests_per_unit: 5")
+	d = check(t, e, "user=r")
+	assert.Equal(t, uint32(3), d.Statuses[0].Remaining, "the same bucket, a new limit")
+
+	reload("unit: minute, requests_per_unit: 5, algorithm: gcra")
+	d = check(t, e, "user=r")
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, "gcra", d.Statuses[0].Limit.Algorithm)
+	assert.Equal(t, uint32(4), d.Statuses[0].Remaining, "a fresh GCRA bucket")
 }
 
 func TestRequestErrors(t *testing.T) {
