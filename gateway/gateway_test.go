@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +121,32 @@ func TestMinuteRejectionNeverChargesTheDay(t *testing.T) {
 	require.Equal(t, OK, d.Overall)
 	assert.Equal(t, uint32(2), d.Statuses[1].Remaining)
 	assert.Equal(t, uint32(2), remaining(t, e, "user_day=u1"))
+}
+
+// Concurrent requests: exactly the minute's quota passes, and the day is
+// charged exactly that many times.
+func TestConcurrentAllOrNothing(t *testing.T) {
+	e, _ := newEngine(t)
+	var passed atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				d, err := e.Check("test", &Request{Domain: "api", Descriptors: []policy.Descriptor{desc("user=c"), desc("user_day=c")}})
+				if !assert.NoError(t, err) {
+					return
+				}
+				if d.Overall == OK {
+					passed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(2), passed.Load())
+	assert.Equal(t, uint32(3), remaining(t, e, "user_day=c"))
 }
 
 // All or nothing the other way: a day that refuses leaves the minute alone.
