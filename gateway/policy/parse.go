@@ -30,10 +30,11 @@ const (
 	MaxDomainBytes = 128
 	// MaxNameBytes is the longest rate_limit name (a header value).
 	MaxNameBytes = 128
-	// MaxDescriptors is the most configured descriptors (rules) a file
-	// holds, counted as loaded: YAML aliases could otherwise make a small
-	// file a tree of billions.
-	MaxDescriptors = 100_000
+	// MaxRules is the most configured descriptors (rules) a file holds,
+	// counted as loaded: YAML aliases could otherwise make a small file a
+	// tree of billions. (gateway.MaxDescriptors is another bound: the
+	// descriptors of one request.)
+	MaxRules = 100_000
 )
 
 // Parse parses a policy file's contents (one or more YAML documents). The
@@ -43,7 +44,7 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("policy: the file is %d bytes, more than %d", len(data), MaxFileBytes)
 	}
 	c := &Config{domains: map[string]*domain{}}
-	budget := MaxDescriptors
+	budget := MaxRules
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for doc := 1; ; doc++ {
 		var root yaml.Node
@@ -271,7 +272,7 @@ func (p *parser) descriptors(d *domain, parent *node, n *yaml.Node, path, full s
 	for i, it := range items {
 		ipath := path + "[" + strconv.Itoa(i) + "]"
 		if *p.budget--; *p.budget < 0 {
-			return p.errf(it, ipath, "more than %d descriptors in the file", MaxDescriptors)
+			return p.errf(it, ipath, "more than %d descriptors in the file", MaxRules)
 		}
 		f, err := p.fields(it, ipath, "key", "value", "rate_limit", "descriptors",
 			"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold")
