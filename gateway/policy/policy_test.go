@@ -600,7 +600,7 @@ func TestAliasBomb(t *testing.T) {
 	c, err := Parse([]byte(bomb(2)))
 	require.NoError(t, err)
 	assert.Equal(t, "d-level2-k3-k4-k5", c.Match("d", desc("level2=x,k3=y,k4=z,k5=w")).Limit.Name)
-	// 10^6 rules from 2 KB, against a bound lowered to 1000 (the real
+	// A million rules from 3 KB, against a bound lowered to 1000 (the real
 	// one would take seconds under -race to reach): refused at the bound.
 	defer func(n int) { maxRules = n }(maxRules)
 	maxRules = 1000
