@@ -317,6 +317,10 @@ func TestBlocked(t *testing.T) {
 		assert.Equal(t, []string{"api-banned"}, d.Violated())
 		assert.Equal(t, time.Second, d.Statuses[0].RetryAfter, "never fits: a window's length")
 		assert.Equal(t, 0, d.Deciding)
+		assert.Zero(t, d.Statuses[0].Remaining, "a block list entry has nothing left, ever")
+		v := d.Values()
+		assert.Zero(t, v.Remaining)
+		assert.Zero(t, v.Policies[0].Quota, "q=0: the quota is none")
 	}
 	assert.Equal(t, uint32(2), remaining(t, e, "user=b"), "the request's other limit was not charged")
 	remaining(t, e, "banned=1.2.3.4")
