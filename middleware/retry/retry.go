@@ -233,7 +233,6 @@ func (t *Transport) now() time.Time {
 	return time.Now()
 }
 
-
 func or[T comparable](v, def T) T {
 	var zero T
 	if v == zero {
