@@ -433,7 +433,7 @@ func (rt *route) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	keys := rt.keys(id)
 	m := rt.m
-	reason, cause := reasonBreaker, error(nil)
+	reason, cause := ReasonBreaker, error(nil) // unless a call is made
 	if m.brk.allow(m.cfg.Now()) {
 		v, err := rt.remote(r.Context(), keys)
 		if err == nil {
@@ -534,15 +534,13 @@ func (rt *route) decideLocally(keys []string) (*decision, error) {
 // next.
 func (rt *route) answer(w http.ResponseWriter, r *http.Request, next http.Handler, d *decision) {
 	h := w.Header()
+	// Append writes Retry-After on a refusal whatever the convention.
 	for _, f := range rt.m.cfg.Headers.Append(nil, &d.Values) {
 		h.Add(f.Name, f.Value)
 	}
 	if !d.Limited {
 		next.ServeHTTP(w, r)
 		return
-	}
-	if h.Get("Retry-After") == "" { // a convention of no header sets still sends it
-		h.Set("Retry-After", strconv.FormatInt(max(1, header.Seconds(d.RetryAfter)), 10))
 	}
 	h.Set("Content-Type", header.ContentTypeProblem)
 	h.Set("Cache-Control", "no-store")

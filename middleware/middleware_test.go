@@ -649,3 +649,23 @@ func TestConcurrentRequests(t *testing.T) {
 	assert.Equal(t, uint64(110), st.LocalLimited)
 	assert.Equal(t, uint64(160), st.Fallbacks[ReasonUnreachable])
 }
+
+func TestHeaderConvention(t *testing.T) {
+	route := Route{Name: "api", Limits: []Limit{{Name: "m", Limit: limit.FW{Limit: 1, Window: time.Minute}}}}
+	e := newEnv(t, func(c *Config) { c.Headers = &header.Convention{X: true, XResetDelta: true} })
+	h := e.handler(t, route)
+	r := do(h, "u")
+	assert.Empty(t, r.h.Get("RateLimit"))
+	assert.Empty(t, r.h.Get("RateLimit-Policy"))
+	assert.Equal(t, "60", r.h.Get("X-RateLimit-Reset"), "Envoy's delta seconds")
+
+	e = newEnv(t, func(c *Config) { c.Headers = &header.Convention{} })
+	h = e.handler(t, route)
+	r = do(h, "u")
+	require.Equal(t, 200, r.code)
+	assert.Empty(t, r.h.Values("X-RateLimit-Limit"))
+	assert.Empty(t, r.h.Values("RateLimit"))
+	r = do(h, "u")
+	require.Equal(t, 429, r.code)
+	assert.Equal(t, "60", r.h.Get("Retry-After"), "a refusal says when, whatever the convention")
+}

@@ -26,9 +26,6 @@ const (
 	numReasons
 )
 
-// reasonBreaker is serve's default reason (no call made).
-const reasonBreaker = ReasonBreaker
-
 func (r Reason) String() string {
 	switch r {
 	case ReasonTimeout:
