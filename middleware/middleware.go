@@ -305,8 +305,7 @@ type Middleware struct {
 	log   fallbackLog
 
 	mu     sync.Mutex
-	routes map[string]*routeStats // by name, in creation order in names
-	names  []string
+	routes map[string]*routeStats // by route name
 }
 
 // New returns a Middleware, or the configuration's error.
@@ -394,7 +393,6 @@ func (m *Middleware) newRoute(r Route) (*route, error) {
 	}
 	rt.st = &routeStats{}
 	m.routes[r.Name] = rt.st
-	m.names = append(m.names, r.Name)
 	return rt, nil
 }
 
