@@ -669,3 +669,20 @@ func TestHeaderConvention(t *testing.T) {
 	require.Equal(t, 429, r.code)
 	assert.Equal(t, "60", r.h.Get("Retry-After"), "a refusal says when, whatever the convention")
 }
+
+// A request whose client has gone is not cellserver's failure: nothing is
+// counted as a fallback, nothing is answered, the handler is not called.
+func TestCanceledRequestIsNoFallback(t *testing.T) {
+	e := newEnv(t)
+	h := e.handler(t, Route{Name: "api", Limits: []Limit{{Name: "m", Limit: limit.FW{Limit: 5, Window: time.Minute}}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequest("GET", "/x", nil).WithContext(ctx)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	assert.False(t, rec.Flushed)
+	assert.Empty(t, rec.Body.String())
+	assert.Empty(t, rec.Header())
+	assert.Zero(t, e.calls.Load())
+	assert.Zero(t, e.mw.Fallbacks())
+}

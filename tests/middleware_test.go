@@ -23,6 +23,7 @@ import (
 	"github.com/cellserver/cellserver/gateway/header"
 	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/middleware"
+	"github.com/cellserver/cellserver/middleware/retry"
 )
 
 // startServerAt starts cellserver on a given loopback address: a restart
@@ -293,4 +294,54 @@ func TestMiddlewareFailsOpenOrClosedAndRecovers(t *testing.T) {
 	assert.Equal(t, before.Allowed+1, after.Allowed)
 	assert.Equal(t, before.FallbackTotal(), after.FallbackTotal())
 	assert.Contains(t, app.logs.String(), "cellserver answers again")
+}
+
+// countingTransport counts the attempts the retrying client makes.
+type countingTransport struct {
+	mu    sync.Mutex
+	codes []int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil {
+		c.mu.Lock()
+		c.codes = append(c.codes, resp.StatusCode)
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+// The retrying client against the middleware: a 429 is retried after its
+// Retry-After, and the retry passes.
+func TestMiddlewareRetryClientWaitsOutThe429(t *testing.T) {
+	srv := startServer(t, "--in-memory")
+	app := newMWApp(t, srv.Addr, map[string]middleware.Route{
+		"/s": {Name: "s", Limits: []middleware.Limit{{Name: "second", Limit: limit.GCRA{MaxBurst: 0, Count: 1, Period: time.Second}}}},
+	})
+	ct := &countingTransport{}
+	var waits []time.Duration
+	client := &http.Client{Transport: &retry.Transport{
+		Base: ct,
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			waits = append(waits, d)
+			select { // a real wait: cellserver's clock is real
+			case <-time.After(d):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	}}
+	for i := 0; i < 2; i++ {
+		req, err := http.NewRequest("GET", app.srv.URL+"/s", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-User", "u")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode, "request %d", i)
+	}
+	assert.Equal(t, []int{200, 429, 200}, ct.codes)
+	assert.Equal(t, []time.Duration{time.Second}, waits, "Retry-After: 1")
 }
