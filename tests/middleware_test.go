@@ -345,3 +345,36 @@ func TestMiddlewareRetryClientWaitsOutThe429(t *testing.T) {
 	assert.Equal(t, []int{200, 429, 200}, ct.codes)
 	assert.Equal(t, []time.Duration{time.Second}, waits, "Retry-After: 1")
 }
+
+// In cluster mode (go-redis's ClusterClient), a route's limits share a hash
+// tag, so its CL.LIMIT goes to one node whatever the limits.
+func TestMiddlewareClusterClient(t *testing.T) {
+	srv := startServer(t, "--in-memory", "--cluster", "emulated")
+	opt := middleware.ClientOptions(srv.Addr)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{srv.Addr}, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout, WriteTimeout: opt.WriteTimeout,
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	mw, err := middleware.New(middleware.Config{Client: rdb, Timeout: time.Second})
+	require.NoError(t, err)
+	lim, err := mw.Limiter(middleware.Route{
+		Name: "c",
+		Key:  func(*http.Request) (string, error) { return "u", nil },
+		Limits: []middleware.Limit{
+			{Name: "minute", Limit: limit.SWL{Limit: 2, Window: time.Minute}},
+			{Name: "hour", Limit: limit.SWL{Limit: 100, Window: time.Hour}},
+		},
+		OnFailure: middleware.FailClosed,
+	})
+	require.NoError(t, err)
+	h := lim(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var codes []int
+	for i := 0; i < 3; i++ {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		codes = append(codes, rec.Code)
+	}
+	assert.Equal(t, []int{200, 200, 429}, codes)
+	assert.Zero(t, mw.Fallbacks())
+}
