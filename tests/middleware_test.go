@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,10 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -377,4 +380,70 @@ func TestMiddlewareClusterClient(t *testing.T) {
 	}
 	assert.Equal(t, []int{200, 200, 429}, codes)
 	assert.Zero(t, mw.Fallbacks())
+}
+
+// A cellserver that hangs (SIGSTOP) is slow, not gone: calls end at the
+// timeout, the fail-open route decides locally, and once the process
+// runs again (SIGCONT) cellserver decides again.
+func TestMiddlewareSlowCellserverTimesOut(t *testing.T) {
+	srv := startServer(t, "--in-memory")
+	rdb := redis.NewClient(middleware.ClientOptions(srv.Addr))
+	t.Cleanup(func() { _ = rdb.Close() })
+	mw, err := middleware.New(middleware.Config{Client: rdb, Timeout: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	lim, err := mw.Limiter(middleware.Route{
+		Name: "api", Key: func(*http.Request) (string, error) { return "u", nil },
+		Limits: []middleware.Limit{{Name: "hour", Limit: limit.SWL{Limit: 3, Window: time.Hour}}},
+	})
+	require.NoError(t, err)
+	h := lim(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	code := func() int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		return rec.Code
+	}
+	require.Equal(t, 200, code())
+
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGSTOP))
+	stopped := true
+	waitStopped(t, srv.cmd.Process.Pid)
+	t.Cleanup(func() {
+		if stopped {
+			_ = srv.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	var codes []int
+	for i := 0; i < 4; i++ {
+		codes = append(codes, code())
+	}
+	assert.Equal(t, []int{200, 200, 200, 429}, codes, "the local ceiling of 3 an hour")
+	st := mw.Stats()["api"]
+	assert.Equal(t, uint64(4), st.Fallbacks[middleware.ReasonTimeout])
+
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGCONT))
+	stopped = false
+	deadline := time.Now().Add(10 * time.Second)
+	for mw.Stats()["api"].Allowed < 2 {
+		require.True(t, time.Now().Before(deadline), "cellserver never decided again")
+		code()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitStopped waits until the process is stopped by a signal (state T in
+// /proc): SIGSTOP is delivered asynchronously.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		require.NoError(t, err)
+		// pid (comm) state ...: the state follows the last ')'.
+		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 0 && f[0] == "T" {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "process %d not stopped after SIGSTOP", pid)
+		time.Sleep(5 * time.Millisecond)
+	}
 }
