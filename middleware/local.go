@@ -9,8 +9,8 @@ import (
 // localLimiter decides limits in process while cellserver cannot: the same
 // algorithms (package limit's pure decisions, the arithmetic cellserver
 // runs) on states kept in a map with expiry, bounded in keys and bytes.
-// One mutex: it only runs while cellserver is away, and a decision is a
-// few hundred nanoseconds.
+// One mutex: it only runs while cellserver is away, and a decision under
+// it is pure arithmetic on a few short states, no I/O.
 type localLimiter struct {
 	maxKeys, maxBytes int
 

@@ -470,8 +470,8 @@ func (rt *route) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	rt.answer(w, r, next, v)
 }
 
-// keys returns the keys of the route's limits for identity id, in order;
-// the local limits' keys follow when they differ.
+// keys returns the keys of the route's limits for identity id, in order,
+// then those of its local limits (the same keys by default).
 func (rt *route) keys(id string) []string {
 	if len(id) > MaxIdentity {
 		id = hashID(id)
