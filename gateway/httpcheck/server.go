@@ -152,6 +152,16 @@ type limitConn struct {
 	release func()
 }
 
+// CloseWrite passes the TCP half-close through: net/http half-closes before
+// it hangs up on an error (a 431), so that the client reads the answer
+// instead of a reset.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
