@@ -207,7 +207,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 // logs it (at most one line a second, with the count of the others).
 func (h *Handler) fallback(w http.ResponseWriter, r *http.Request, denyStatus int, err error) {
 	h.fallbacks.Add(1)
-	why := "store unavailable: " + err.Error()
+	why := oneLine("store could not decide: " + err.Error())
 	h.fbLog.Warn("http check: the store could not decide; answered per --http-on-error",
 		"on_error", h.onError.String(), "path", r.URL.Path, "err", err.Error())
 	w.Header().Set(ErrorHeader, why)

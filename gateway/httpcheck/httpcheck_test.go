@@ -330,7 +330,7 @@ func TestOnErrorWhenTheStoreIsClosed(t *testing.T) {
 			}
 			resp := f.do(t, "/check/api", "192.0.2.1:1", hdr...)
 			assert.Equal(t, c.want, resp.StatusCode)
-			assert.Equal(t, "store unavailable: "+service.ErrClosed.Error(), resp.Header.Get(ErrorHeader))
+			assert.Equal(t, "store could not decide: "+service.ErrClosed.Error(), resp.Header.Get(ErrorHeader))
 			if c.want != 200 {
 				assert.Equal(t, "1", resp.Header.Get("Retry-After"))
 				assert.Equal(t, header.ContentTypeProblem, resp.Header.Get("Content-Type"))

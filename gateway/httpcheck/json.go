@@ -56,7 +56,7 @@ func (h *Handler) json(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if gateway.IsUnavailable(err) {
 			h.fbLog.Warn("http /json: the store could not decide; answered 503", "err", err.Error())
-			http.Error(w, oneLine("store unavailable: "+err.Error()), http.StatusServiceUnavailable)
+			http.Error(w, oneLine("store could not decide: "+err.Error()), http.StatusServiceUnavailable)
 			return
 		}
 		badRequest(w, err)

@@ -112,6 +112,6 @@ func TestJSONStoreClosedIs503(t *testing.T) {
 	require.NoError(t, f.st.Close())
 	resp, body := f.post(t, `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}]}]}`)
 	assert.Equal(t, 503, resp.StatusCode)
-	assert.Equal(t, "store unavailable: service: shutting down\n", body)
+	assert.Equal(t, "store could not decide: service: shutting down\n", body)
 	assert.Contains(t, f.logged(), "http /json: the store could not decide")
 }
