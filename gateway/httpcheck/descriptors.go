@@ -91,12 +91,12 @@ func (h *Handler) descriptor(r *http.Request, spec string, client *string) (d po
 				key = "generic_key" // Envoy's generic_key action's default
 			}
 		}
-		if key == "" {
-			return d, false, fmt.Errorf("descriptor entry %q has no key", e)
-		}
 		v, has, err := h.value(r, src, client)
 		if err != nil {
 			return d, false, err
+		}
+		if key == "" {
+			return d, false, fmt.Errorf("descriptor entry %q has no key", e)
 		}
 		if !has {
 			return d, false, nil

@@ -235,7 +235,7 @@ func parseDenyStatus(s string) (int, error) {
 
 func writeFields(h http.Header, fields []header.Field) {
 	for _, f := range fields {
-		h[f.Name] = append(h[f.Name], f.Value) // names are canonical already
+		h.Add(f.Name, f.Value)
 	}
 }
 
