@@ -187,7 +187,7 @@ http {
 	uwsgi_temp_path {{dir}}/uwsgi;
 	scgi_temp_path {{dir}}/scgi;
 
-	upstream cellserver { server {{check}}; }
+	upstream cellserver { server {{check}}; keepalive 8; }
 
 	server {
 		listen {{listen}};
@@ -216,6 +216,8 @@ http {
 		location = /_ratelimit {
 			internal;
 			proxy_pass http://cellserver/check/web?d=remote_address;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
 			proxy_pass_request_body off;
 			proxy_set_header Content-Length "";
 			proxy_set_header X-Original-URI $request_uri;
