@@ -36,6 +36,7 @@ func (h *Handler) buildRequest(r *http.Request) (*gateway.Request, error) {
 	}
 	req := &gateway.Request{Domain: r.PathValue("domain")}
 	specs := []string{srcRemoteAddress}
+	hits, hasHits := uint64(0), false
 	for k, vs := range q {
 		switch k {
 		case "d":
@@ -48,7 +49,9 @@ func (h *Handler) buildRequest(r *http.Request) (*gateway.Request, error) {
 			if err != nil {
 				return nil, fmt.Errorf("hits must be a whole number below 2^32, got %q", vs[0])
 			}
-			req.HitsAddend = n
+			// Each descriptor's own hits: the request's HitsAddend
+			// reads 0 as 1, and hits=0 is to check without charging.
+			hits, hasHits = n, true
 		default:
 			return nil, fmt.Errorf("unknown query parameter %q (want d or hits)", k)
 		}
@@ -63,6 +66,7 @@ func (h *Handler) buildRequest(r *http.Request) (*gateway.Request, error) {
 			return nil, err
 		}
 		if ok {
+			d.HitsAddend, d.HasHits = hits, hasHits
 			req.Descriptors = append(req.Descriptors, d)
 		}
 	}

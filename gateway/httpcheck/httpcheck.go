@@ -29,7 +29,8 @@
 // user: <X-User's value>. A descriptor one of whose sources
 // has no value (a header the request lacks) is left out, as Envoy leaves out
 // an action list it cannot fill. With no d parameter the request has the one
-// descriptor "remote_address". hits=N charges N (default 1).
+// descriptor "remote_address". hits=N charges each descriptor N (default
+// 1; 0 checks without charging).
 //
 // The answer: 200 when allowed, 429 when refused (or the status asked for in
 // X-Ratelimit-Deny-Status: nginx's auth_request turns anything but 2xx, 401
@@ -132,7 +133,8 @@ type Handler struct {
 	mux     *http.ServeMux
 
 	fallbacks atomic.Int64 // answers given without a decision
-	fbLog     *everyLog
+	fbLog     *everyLog    // the check's fallbacks
+	jsonLog   *everyLog    // /json's
 }
 
 // New returns a Handler on cfg.Engine.
@@ -151,6 +153,7 @@ func New(cfg Config) *Handler {
 		log:     cfg.Logger,
 		mux:     http.NewServeMux(),
 		fbLog:   newEveryLog(cfg.Logger, time.Second, cfg.Now),
+		jsonLog: newEveryLog(cfg.Logger, time.Second, cfg.Now),
 	}
 	h.mux.HandleFunc("/check/{domain...}", h.check)
 	h.mux.HandleFunc("POST /json", h.json)
@@ -193,13 +196,12 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		h.fallback(w, r, denyStatus, err)
 		return
 	}
-	fields := h.conv.Append(nil, ptr(d.Values()))
-	writeFields(w.Header(), fields)
+	v := d.Values()
+	writeFields(w.Header(), h.conv.Append(nil, &v))
 	if d.Overall != gateway.OverLimit {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	v := d.Values()
 	writeProblem(w, denyStatus, header.ProblemJSON(&v, d.Violated()))
 }
 
@@ -261,8 +263,6 @@ func oneLine(s string) string {
 	}
 	return s
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // everyLog logs at most one line per period; the lines it drops are
 // counted into the next one it writes.

@@ -272,6 +272,9 @@ func TestHeaderDescriptor(t *testing.T) {
 
 func TestHitsCharge(t *testing.T) {
 	f := newFixture(t)
+	resp := f.do(t, "/check/api?hits=0", "192.0.2.1:1")
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, `"per-ip";r=2;t=0`, resp.Header.Get("RateLimit"), "hits=0 checks without charging")
 	assert.Equal(t, 429, f.do(t, "/check/api?hits=3", "192.0.2.1:1").StatusCode, "3 hits over a limit of 2")
 	assert.Equal(t, 200, f.do(t, "/check/api?hits=2", "192.0.2.1:1").StatusCode, "the refusal charged nothing")
 }

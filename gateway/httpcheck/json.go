@@ -55,7 +55,7 @@ func (h *Handler) json(w http.ResponseWriter, r *http.Request) {
 	d, err := h.eng.Check(Frontend, req)
 	if err != nil {
 		if gateway.IsUnavailable(err) {
-			h.fbLog.Warn("http /json: the store could not decide; answered 503", "err", err.Error())
+			h.jsonLog.Warn("http /json: the store could not decide; answered 503", "err", err.Error())
 			http.Error(w, oneLine("store could not decide: "+err.Error()), http.StatusServiceUnavailable)
 			return
 		}
