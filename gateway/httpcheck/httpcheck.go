@@ -26,11 +26,11 @@
 //
 // An entry's key is the source's name (header:<Name>: Name; value:<text>:
 // generic_key) unless given: "user=header:X-User" gives the entry
-// user: <X-User's value>. A descriptor one of whose sources
-// has no value (a header the request lacks) is left out, as Envoy leaves out
-// an action list it cannot fill. With no d parameter the request has the one
-// descriptor "remote_address". hits=N charges each descriptor N (default
-// 1; 0 checks without charging).
+// user: <X-User's value>. A descriptor one of whose sources has no value (a
+// header the request lacks) is left out, as Envoy leaves out an action list
+// it cannot fill. With no d parameter the request has the one descriptor
+// "remote_address". hits=N charges each descriptor N (default 1; 0 checks
+// without charging). docs/http-check.md has the gateways' configurations.
 //
 // The answer: 200 when allowed, 429 when refused (or the status asked for in
 // X-Ratelimit-Deny-Status: nginx's auth_request turns anything but 2xx, 401
