@@ -49,6 +49,9 @@ descriptors:
       name: burst
       unit: minute
       requests_per_unit: 20
+  - key: vip
+    rate_limit:
+      unlimited: true
 `
 
 // fixture is a Handler on a real in-memory store with a frozen clock.

@@ -1,6 +1,7 @@
 package httpcheck
 
 import (
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,6 +66,19 @@ func TestJSONMirrorsEnvoyRatelimit(t *testing.T) {
 	}
 }
 
+func TestJSONUnlimited(t *testing.T) {
+	f := newFixture(t)
+	resp, body := f.post(t, `{"domain":"api","descriptors":[{"entries":[{"key":"vip","value":"v"}]}]}`)
+	require.Equal(t, 200, resp.StatusCode, body)
+	var out rlsv3.RateLimitResponse
+	require.NoError(t, protojson.Unmarshal([]byte(body), &out), body)
+	st := out.GetStatuses()[0]
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, st.GetCode())
+	assert.Equal(t, uint32(math.MaxUint32), st.GetLimitRemaining())
+	assert.Nil(t, st.GetDurationUntilReset())
+	assert.Empty(t, out.GetResponseHeadersToAdd(), "an unlimited limit adds no headers")
+}
+
 func TestJSONHitsAndOverride(t *testing.T) {
 	f := newFixture(t)
 	// A descriptor's own hits_addend (a string in proto JSON: a UInt64Value).
@@ -72,6 +86,14 @@ func TestJSONHitsAndOverride(t *testing.T) {
 	assert.Equal(t, 429, resp.StatusCode, body)
 	resp, body = f.post(t, `{"domain":"api","hits_addend":3,"descriptors":[{"entries":[{"key":"user","value":"eve"}]}]}`)
 	assert.Equal(t, 200, resp.StatusCode, "the refusal charged nothing: %s", body)
+
+	// A limit override replaces the configured 3 a minute by 1 a minute.
+	const over = `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"frank"}],"limit":{"requests_per_unit":1,"unit":"MINUTE"}}]}`
+	resp, body = f.post(t, over)
+	assert.Equal(t, 200, resp.StatusCode, body)
+	assert.Contains(t, body, `"requestsPerUnit":1`)
+	resp, body = f.post(t, over)
+	assert.Equal(t, 429, resp.StatusCode, body)
 }
 
 func TestJSONErrors(t *testing.T) {
