@@ -44,7 +44,7 @@ func (c *Config) Match(domain string, d Descriptor) Match {
 	}
 	if o := d.Override; o != nil && o.Unit.Duration() > 0 {
 		l := overrideLimit(o)
-		return Match{Limit: l, Key: storeKey(dom.prefix, l.Algorithm, d.Entries, nil)}
+		return Match{Limit: l, Key: storeKey(dom.prefix, l.bucketKind(), d.Entries, nil)}
 	}
 	if dom.share {
 		return dom.matchShared(d.Entries)
@@ -53,7 +53,21 @@ func (c *Config) Match(domain string, d Descriptor) Match {
 	if l == nil {
 		return Match{}
 	}
-	return Match{Limit: l, Key: storeKey(dom.prefix, l.Algorithm, d.Entries, nil)}
+	return Match{Limit: l, Key: storeKey(dom.prefix, l.bucketKind(), d.Entries, nil)}
+}
+
+// bucketKind is the part of a bucket's key that names its algorithm and
+// unit ("fw-minute"): limits of other algorithms or windows on the same
+// entries (a per-second override beside the file's per-minute rule, a
+// reload that changes a unit) count in buckets of their own, as
+// envoyproxy/ratelimit's keys hold the window.
+func bucketKind(alg string, u Unit) string { return alg + "-" + u.String() }
+
+func (l *RateLimit) bucketKind() string {
+	if l.bucket == "" { // built by hand, not parsed
+		return bucketKind(l.Algorithm, l.Unit)
+	}
+	return l.bucket
 }
 
 // matchShared is Match in a domain with share_threshold wildcards (apart,
@@ -64,7 +78,7 @@ func (dom *domain) matchShared(entries []Entry) Match {
 	if l == nil {
 		return Match{}
 	}
-	return Match{Limit: l, Key: storeKey(dom.prefix, l.Algorithm, entries, &shared)}
+	return Match{Limit: l, Key: storeKey(dom.prefix, l.bucketKind(), entries, &shared)}
 }
 
 // find walks the tree: at each level the entry's key and value, then the
@@ -115,6 +129,7 @@ func overrideLimit(o *Override) *RateLimit {
 		Unit:            o.Unit,
 		RequestsPerUnit: o.RequestsPerUnit,
 		Algorithm:       "fw",
+		bucket:          bucketKind("fw", o.Unit),
 		Cost:            1,
 		Window:          w,
 		Limit:           limit.FW{Limit: o.RequestsPerUnit, Window: w},

@@ -504,6 +504,7 @@ func (p *parser) window(l *RateLimit, b *block) error {
 	if b.f["timezone"] != nil && l.Algorithm != "cal" {
 		return p.errf(b.f["timezone"], b.path+".timezone", "timezone is for algorithm cal only")
 	}
+	l.bucket = bucketKind(l.Algorithm, l.Unit)
 	return nil
 }
 

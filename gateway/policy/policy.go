@@ -143,6 +143,9 @@ type RateLimit struct {
 	// Window is the limit's window (GCRA: its period): RateLimit-Policy's w.
 	Window time.Duration
 
+	bucket string // bucketKind of the algorithm and unit, part of every key
+
+
 	generated string // the name made from the descriptor path, before it is made unique
 }
 

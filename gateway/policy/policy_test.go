@@ -126,9 +126,9 @@ func TestKeysPerValue(t *testing.T) {
 	b := c.Match("messaging", desc("message_type=marketing,to_number=2062222222"))
 	o := c.Match("messaging", desc("to_number=2061111111"))
 	assert.Same(t, a.Limit, b.Limit)
-	assert.Equal(t, "rl:messaging:fw:message_type=marketing:to_number=2061111111", a.Key)
+	assert.Equal(t, "rl:messaging:fw-day:message_type=marketing:to_number=2061111111", a.Key)
 	assert.NotEqual(t, a.Key, b.Key)
-	assert.Equal(t, "rl:messaging:fw:to_number=2061111111", o.Key)
+	assert.Equal(t, "rl:messaging:fw-day:to_number=2061111111", o.Key)
 
 	c9 := load(t, "example9.yaml")
 	w1 := c9.Match("example9", desc("key1=value_1"))
@@ -240,13 +240,13 @@ func TestExtensions(t *testing.T) {
 		assert.Equal(t, tc.limit, m.Limit.Limit, tc.desc)
 		assert.Equal(t, tc.window, m.Limit.Window, tc.desc)
 		assert.Equal(t, tc.cost, m.Limit.Cost, tc.desc)
-		assert.Contains(t, m.Key, ":"+m.Limit.Algorithm+":", tc.desc)
+		assert.Contains(t, m.Key, ":"+m.Limit.Algorithm+"-"+m.Limit.Unit.String()+":", tc.desc)
 	}
 	g := c.Match("upload", desc("tenant=acme"))
 	require.NotNil(t, g.Limit)
 	assert.Equal(t, limit.GCRA{MaxBurst: 9, Count: 10, Period: time.Hour}, g.Limit.Limit, "burst defaults to requests_per_unit")
 	assert.Equal(t, "Europe/Paris", c.Match("api", desc("user_daily=x")).Limit.Timezone)
-	assert.Equal(t, "rl:upload:gcra:tenant=acme", g.Key)
+	assert.Equal(t, "rl:upload:gcra-hour:tenant=acme", g.Key)
 }
 
 // The windows are envoyproxy/ratelimit's dividers.
@@ -353,7 +353,7 @@ descriptors:
 	add("d", "k=x#y", Descriptor{Entries: []Entry{{"k", "x#y"}}})
 	add("d:fw", "k=v", Descriptor{Entries: []Entry{{"k", "v"}}})
 	add("d", "k=v", Descriptor{Entries: []Entry{{"k", "v"}}})
-	assert.Equal(t, "rl:d%3Afw:fw:k=v", c.Match("d:fw", desc("k=v")).Key)
+	assert.Equal(t, "rl:d%3Afw:fw-second:k=v", c.Match("d:fw", desc("k=v")).Key)
 }
 
 // A long key stays within MaxKeyBytes and one bucket per descriptor.
@@ -366,12 +366,12 @@ func TestLongKeys(t *testing.T) {
 	assert.Len(t, a, MaxKeyBytes)
 	assert.Len(t, b, MaxKeyBytes)
 	assert.NotEqual(t, a, b)
-	assert.True(t, strings.HasPrefix(a, "rl:d:fw:k=vvv"))
+	assert.True(t, strings.HasPrefix(a, "rl:d:fw-second:k=vvv"))
 	assert.Equal(t, byte('#'), a[MaxKeyBytes-hashedTail])
 	assert.Equal(t, a, c.Match("d", desc("k="+long+"a")).Key, "stable")
 	// Just at the bound: not hashed.
-	exact := strings.Repeat("v", MaxKeyBytes-len("rl:d:fw:k="))
-	assert.Equal(t, "rl:d:fw:k="+exact, c.Match("d", desc("k="+exact)).Key)
+	exact := strings.Repeat("v", MaxKeyBytes-len("rl:d:fw-second:k="))
+	assert.Equal(t, "rl:d:fw-second:k="+exact, c.Match("d", desc("k="+exact)).Key)
 	assert.Len(t, c.Match("d", desc("k="+exact+"v")).Key, MaxKeyBytes)
 	assert.Contains(t, c.Match("d", desc("k="+exact+"v")).Key, "#")
 }
@@ -400,7 +400,10 @@ func TestOverride(t *testing.T) {
 	assert.Equal(t, limit.FW{Limit: 42, Window: time.Hour}, m.Limit.Limit)
 	assert.False(t, m.Limit.ShadowMode, "an override is never shadow")
 	assert.Equal(t, "override_42_per_hour", m.Limit.Name)
-	assert.Equal(t, "rl:example6:fw:service=auth-service:user=user-a", m.Key)
+	assert.Equal(t, "rl:example6:fw-hour:service=auth-service:user=user-a", m.Key)
+	d.Override = &Override{RequestsPerUnit: 1000, Unit: Second}
+	assert.Equal(t, "rl:example6:fw-second:service=auth-service:user=user-a", c.Match("example6", d).Key,
+		"a per-second override beside a per-hour rule counts in a bucket of its own")
 
 	// Even for a descriptor the file does not know, in a known domain.
 	d = desc("nothing=here")
@@ -657,12 +660,12 @@ descriptors:
 	a, b := m("files=files/a.pdf"), m("files=files/b.csv")
 	require.NotNil(t, a.Limit)
 	assert.Equal(t, a.Key, b.Key, "one bucket for every value of the wildcard")
-	assert.Equal(t, "rl:share-threshold-test:fw:files=files/*", a.Key)
+	assert.Equal(t, "rl:share-threshold-test:fw-hour:files=files/*", a.Key)
 	assert.Equal(t, a.Key, m("files=files/*").Key, "the wildcard written out is the same bucket")
 	assert.NotEqual(t, m("path=/api/a").Key, m("path=/api/b").Key, "without share_threshold, a bucket per value")
 	// At an inner level: the wildcard's entry is shared, the next one not.
 	x, y := m("tenant=t1,user=u"), m("tenant=t2,user=u")
-	assert.Equal(t, "rl:share-threshold-test:fw:tenant=t*:user=u", x.Key)
+	assert.Equal(t, "rl:share-threshold-test:fw-hour:tenant=t*:user=u", x.Key)
 	assert.Equal(t, x.Key, y.Key)
 	assert.NotEqual(t, x.Key, m("tenant=t1,user=v").Key)
 
