@@ -145,7 +145,6 @@ type RateLimit struct {
 
 	bucket string // bucketKind of the algorithm and unit, part of every key
 
-
 	generated string // the name made from the descriptor path, before it is made unique
 }
 
