@@ -16,6 +16,7 @@
 package gateway
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"sync"
@@ -85,6 +86,11 @@ type Status struct {
 	RetryAfter time.Duration
 	// Shadowed: a shadow-mode limit that would have refused; Code is OK.
 	Shadowed bool
+	// Err: a shadow-mode limit that could not be decided (the store's
+	// error). The request's outcome stands: a shadow limit never refuses.
+	Err error
+
+	spec int // the CL.LIMIT limit this status shows, -1 for none
 }
 
 // Decision is a request's outcome.
@@ -98,11 +104,13 @@ type Decision struct {
 	Now      time.Time // the store clock's instant of the decision
 }
 
-// Violated names the limits that refused the request.
+// Violated names the limits that refused the request, each once.
 func (d *Decision) Violated() []string {
 	var v []string
+	var seen [MaxDescriptors]bool
 	for _, s := range d.Statuses {
-		if s.Code == OverLimit && s.Limit != nil {
+		if s.Code == OverLimit && s.Limit != nil && s.spec >= 0 && !seen[s.spec] {
+			seen[s.spec] = true
 			v = append(v, s.Limit.Name)
 		}
 	}
@@ -113,16 +121,18 @@ func (d *Decision) Violated() []string {
 // limit that applied as a policy, the deciding one described.
 func (d *Decision) Values() header.Values {
 	v := header.Values{Deciding: -1, Limited: d.Overall == OverLimit, Now: d.Now}
+	var seen [MaxDescriptors]bool // one policy per bucket, though matched twice
 	for i, s := range d.Statuses {
-		if s.Limit == nil || s.Limit.Unlimited || s.Limit.ShadowMode {
-			continue
+		if s.Limit == nil || s.spec < 0 || seen[s.spec] {
+			continue // no limit, unlimited, shadow, or listed already
 		}
+		seen[s.spec] = true
 		if i == d.Deciding {
 			v.Deciding = len(v.Policies)
 			v.Remaining = int64(s.Remaining)
 			v.ResetAfter = s.ResetAfter
 			v.RetryAfter = s.RetryAfter
-			v.Reset = untilMore(s)
+			v.Reset = header.UntilMore(s.Limit.Limit, int64(s.Remaining), s.ResetAfter, d.Now)
 			if v.Limited {
 				v.Reset = s.RetryAfter
 			}
@@ -159,23 +169,6 @@ func limitOf(l limit.Limit) int64 {
 		return int64(x.Limit)
 	}
 	return 0
-}
-
-// untilMore is RateLimit's t for an admitting limit: the time until quota
-// it has used comes back. Window algorithms give it back at the window's
-// end (SWC and SWL bit by bit before that: the end bounds it); GCRA one
-// emission interval after the last that is still owed.
-func untilMore(s Status) time.Duration {
-	lim := quota(s.Limit)
-	used := lim - int64(s.Remaining)
-	if used <= 0 {
-		return 0
-	}
-	if g, ok := s.Limit.Limit.(limit.GCRA); ok {
-		t := time.Duration(g.Interval())
-		return max(0, s.ResetAfter-time.Duration(used-1)*t)
-	}
-	return s.ResetAfter
 }
 
 // Observer is told of every decision (metrics).
@@ -233,15 +226,26 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 	defer e.buf.Put(sc)
 	cfg := e.src.Current()
 	sc.matches = cfg.MatchAll(req.Domain, req.Descriptors, sc.matches[:0])
+	// Every bucket is checked (key size, routing) before anything is
+	// charged, shadow ones too: an error means nothing was charged.
+	for _, m := range sc.matches {
+		if m.Limit != nil && !m.Limit.Unlimited {
+			if err := e.svc.CheckKey([]byte(m.Key)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	d := &Decision{Overall: OK, Statuses: make([]Status, len(req.Descriptors)), Deciding: -1}
 
-	// The enforced limits, one CL.LIMIT call; a key matched twice in one
-	// request is one limit charged the sum of the costs.
+	// The enforced limits, one CL.LIMIT call. A bucket matched twice in one
+	// request (the same entries, algorithm and unit) is one limit charged
+	// the sum of the costs, the stricter of the two: envoyproxy/ratelimit
+	// increments its one counter twice and compares it with each.
 	sc.specs, sc.specOf = sc.specs[:0], sc.specOf[:0]
 	var shadow []int
 	for i, m := range sc.matches {
 		st := &d.Statuses[i]
-		st.Code, st.Limit = OK, m.Limit
+		st.Code, st.Limit, st.spec = OK, m.Limit, -1
 		sc.specOf = append(sc.specOf, -1)
 		switch {
 		case m.Limit == nil:
@@ -257,11 +261,14 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 		j := indexKey(sc.specs, m.Key)
 		if j >= 0 {
 			sc.specs[j].Cost = satAdd32(sc.specs[j].Cost, cost)
+			if limitOf(m.Limit.Limit) < limitOf(sc.specs[j].Limit) {
+				sc.specs[j].Limit = m.Limit.Limit
+			}
 		} else {
 			j = len(sc.specs)
 			sc.specs = append(sc.specs, limit.Spec{Key: []byte(m.Key), Limit: m.Limit.Limit, Cost: cost})
 		}
-		sc.specOf[i] = j
+		sc.specOf[i], st.spec = j, j
 	}
 	if len(sc.specs) > 0 {
 		c := &sc.call
@@ -294,13 +301,11 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 			Limits:  []limit.Spec{{Key: []byte(m.Key), Limit: m.Limit.Limit, Cost: costOf(req, i, m.Limit)}},
 			Options: limit.Options{MS: true, Peek: d.Overall == OverLimit},
 		}}
-		if err := e.svc.Do(c); err != nil {
-			return nil, err
-		}
-		if c.Err != nil {
-			return nil, c.Err
-		}
 		st := &d.Statuses[i]
+		if err := e.svc.Do(c); err != nil || c.Err != nil {
+			st.Err = cmp.Or(err, c.Err) // the enforced limits are charged already
+			continue
+		}
 		fill(st, c.Results()[0].R5)
 		if st.Code == OverLimit {
 			st.Code, st.Shadowed = OK, true

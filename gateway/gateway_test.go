@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cellserver/cellserver/gateway/header"
+	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/gateway/policy"
 	"github.com/cellserver/cellserver/service"
 	"github.com/cellserver/cellserver/store"
@@ -392,4 +393,75 @@ func TestRequestErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, OK, d.Overall)
 	assert.Nil(t, d.Statuses[0].Limit)
+}
+
+// A request refused before the enforced call (a shadow bucket's key is too
+// long) charges nothing: every key is checked first.
+func TestErrorChargesNothing(t *testing.T) {
+	clk := &store.Clock{}
+	clk.Set(t0)
+	st, err := store.New(store.Config{Shards: 4, Clock: clk})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	cfg, err := policy.Parse([]byte(testPolicy))
+	require.NoError(t, err)
+	e := New(Config{Service: service.New(service.Config{Store: st, MaxKeyBytes: 64}), Policies: policy.Static(cfg)})
+	long := "shadow=" + strings.Repeat("v", 80)
+	for range 3 {
+		_, err := e.Check("test", &Request{Domain: "api", Descriptors: []policy.Descriptor{desc("user=u"), desc(long)}})
+		require.ErrorIs(t, err, service.ErrKeyTooLong)
+	}
+	assert.Equal(t, uint32(2), remaining(t, e, "user=u"), "the refused requests charged nothing")
+}
+
+// A shadow limit the store cannot decide does not fail a request whose
+// enforced limits were charged: Status.Err says so.
+func TestShadowErrorKeepsTheOutcome(t *testing.T) {
+	e, _ := newEngine(t)
+	// Plant another kind of state on the shadow bucket: WRONGTYPE there.
+	m := e.src.Current().Match("api", desc("shadow=s"))
+	c := &service.Throttle{Key: []byte(m.Key)}
+	c.Params = gcra.Params{MaxBurst: 1, Count: 1, Period: 60, Quantity: 1}
+	require.NoError(t, e.svc.Do(c))
+	require.NoError(t, c.Err)
+	d := check(t, e, "user=w", "shadow=s")
+	assert.Equal(t, OK, d.Overall)
+	assert.ErrorIs(t, d.Statuses[1].Err, service.ErrWrongType)
+	assert.Equal(t, uint32(1), remaining(t, e, "user=w"), "the enforced limit was charged once")
+}
+
+// One bucket matched by two limits (an override of the file's unit beside
+// the file's rule) is one CL.LIMIT limit: the stricter, charged both costs,
+// listed once in the headers.
+func TestSameBucketTwoLimits(t *testing.T) {
+	e, _ := newEngine(t)
+	loose := desc("user=z")
+	loose.Override = &policy.Override{RequestsPerUnit: 1000, Unit: policy.Minute}
+	req := &Request{Domain: "api", Descriptors: []policy.Descriptor{loose, desc("user=z")}}
+	d, err := e.Check("test", req)
+	require.NoError(t, err)
+	assert.Equal(t, OK, d.Overall, "2 of per_minute's 2")
+	d, err = e.Check("test", req)
+	require.NoError(t, err)
+	assert.Equal(t, OverLimit, d.Overall, "the file's 2 a minute holds beside the override's 1000")
+	v := d.Values()
+	assert.Len(t, v.Policies, 1, "one bucket, one policy")
+	assert.Len(t, d.Violated(), 1, "named once")
+}
+
+// RateLimit's t for an admitted SWC call is the end of the current window,
+// not the end of its state two windows on.
+func TestSWCUntilMore(t *testing.T) {
+	clk := &store.Clock{}
+	clk.Set(t0 + int64(45*time.Second))
+	st, err := store.New(store.Config{Shards: 1, Clock: clk})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	cfg, err := policy.Parse([]byte("domain: api\ndescriptors:\n- key: sw\n  rate_limit: {name: sw, unit: minute, requests_per_unit: 3, algorithm: swc}\n"))
+	require.NoError(t, err)
+	e := New(Config{Service: service.New(service.Config{Store: st}), Policies: policy.Static(cfg)})
+	d := check(t, e, "sw=a")
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, 75*time.Second, d.Statuses[0].ResetAfter, "the state lasts into the next window")
+	assert.Equal(t, 15*time.Second, d.Values().Reset, "quota starts coming back when this window ends")
 }

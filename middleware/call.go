@@ -111,24 +111,9 @@ func values(limits []Limit, r5s []limit.R5, deciding int, now time.Time) *decisi
 		}
 		d.Reset = d.RetryAfter
 	} else {
-		d.Reset = untilMore(l, r)
+		d.Reset = header.UntilMore(l.Limit, r.Remaining, d.ResetAfter, now)
 	}
 	return d
-}
-
-// untilMore is RateLimit's t of an admitting limit: the time until quota it
-// has used comes back (gateway.untilMore's rule): window algorithms at the
-// state's end, GCRA one emission interval after the last one still owed.
-func untilMore(l Limit, r limit.R5) time.Duration {
-	used := r.Limit - r.Remaining
-	if used <= 0 {
-		return 0
-	}
-	reset := time.Duration(max(0, r.ResetAfter)) * time.Millisecond
-	if g, ok := l.Limit.(limit.GCRA); ok {
-		return max(0, reset-time.Duration(used-1)*time.Duration(g.Interval()))
-	}
-	return reset
 }
 
 // problem is an RFC 9457 problem+json body for the middleware's own

@@ -175,6 +175,11 @@ func (s *Service) route(n int, key func(i int) []byte) error {
 	return s.routeSlot(slot)
 }
 
+// CheckKey refuses k as a call naming it would be refused (too long; in a
+// cluster mode, a slot not served here), without running anything: a front
+// end that makes several calls for one request checks every key first.
+func (s *Service) CheckKey(k []byte) error { return s.checkKey(k) }
+
 // checkKey is check for one key, without building a slice: the hot path.
 func (s *Service) checkKey(k []byte) error {
 	if s.maxKey > 0 && len(k) > s.maxKey {

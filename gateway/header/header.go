@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cellserver/cellserver/limit"
 )
 
 // Field is one header field.
@@ -143,12 +145,15 @@ func (c Convention) Append(dst []Field, v *Values) []Field {
 			";t=" + strconv.FormatInt(t, 10)})
 	}
 	if c.X {
-		reset := Seconds(v.ResetAfter)
+		until := v.ResetAfter
 		if v.Limited {
-			reset = max(reset, t)
+			until = max(until, v.RetryAfter)
 		}
+		reset := Seconds(until)
 		if !c.XResetDelta {
-			reset += v.Now.Unix()
+			// The instant rounded up, not now's second plus the rounded
+			// duration: a client waiting until it must find the quota back.
+			reset = ceilUnix(v.Now.Add(until))
 		}
 		dst = append(dst,
 			Field{"X-RateLimit-Limit", strconv.FormatInt(d.Quota, 10)},
@@ -159,6 +164,56 @@ func (c Convention) Append(dst []Field, v *Values) []Field {
 		)
 	}
 	return dst
+}
+
+// ceilUnix is t in Unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	sec := t.Unix()
+	if t.Nanosecond() > 0 {
+		sec++
+	}
+	return sec
+}
+
+// UntilMore is RateLimit's t for a limit that admitted a call: the time
+// until quota it has used starts coming back, 0 when it has used none.
+// remaining and resetAfter are the limit's (CL.LIMIT's reply), now the
+// decision's instant. Fixed and calendar windows give everything back at
+// the window's end (resetAfter). A sliding-window counter's count starts
+// to decay at the end of the current window (sooner if the previous one
+// still weighs: an upper bound). A sliding log's oldest entry leaves no
+// later than its newest (resetAfter: an upper bound). GCRA gives one unit
+// back one emission interval after the last one still owed.
+func UntilMore(l limit.Limit, remaining int64, resetAfter time.Duration, now time.Time) time.Duration {
+	var lim int64
+	switch x := l.(type) {
+	case limit.GCRA:
+		used := int64(x.MaxBurst) + 1 - remaining
+		if used <= 0 {
+			return 0
+		}
+		return max(0, resetAfter-time.Duration(used-1)*time.Duration(x.Interval()))
+	case limit.SWC:
+		if int64(x.Limit) <= remaining {
+			return 0
+		}
+		w := x.Window.Milliseconds()
+		if w <= 0 {
+			return resetAfter
+		}
+		toEnd := time.Duration(w-now.UnixMilli()%w) * time.Millisecond
+		return min(resetAfter, toEnd)
+	case limit.FW:
+		lim = int64(x.Limit)
+	case limit.SWL:
+		lim = int64(x.Limit)
+	case limit.CAL:
+		lim = int64(x.Limit)
+	}
+	if lim <= remaining {
+		return 0
+	}
+	return resetAfter
 }
 
 // sfString quotes s as a Structured Field sf-string (RFC 9651 §3.3.3):

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/limit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -105,4 +106,30 @@ func TestProblemJSON(t *testing.T) {
 	assert.Equal(t, float64(30), p["retry-after"])
 	require.NoError(t, json.Unmarshal(ProblemJSON(v, nil), &p))
 	assert.Equal(t, []any{}, p["violated-policies"], "an empty array, never null")
+}
+
+// X-RateLimit-Reset is the reset instant rounded up, not now's second plus
+// the rounded duration: at that second the quota is back.
+func TestResetEpochRoundsTheInstant(t *testing.T) {
+	v := twoPolicies()
+	v.Now = now.Add(900 * time.Millisecond)
+	v.Limited, v.RetryAfter, v.ResetAfter = true, 59100*time.Millisecond, 59100*time.Millisecond
+	h := fields(Default.Append(nil, v))
+	assert.Equal(t, "60", h.Get("Retry-After"))
+	assert.Equal(t, "1800000060", h.Get("X-RateLimit-Reset"), "now+59.1 s = ...60.0")
+	v.ResetAfter, v.RetryAfter = 59200*time.Millisecond, 59200*time.Millisecond
+	assert.Equal(t, "1800000061", fields(Default.Append(nil, v)).Get("X-RateLimit-Reset"))
+}
+
+func TestUntilMore(t *testing.T) {
+	at := time.UnixMilli(1_800_000_045_000) // 45 s into a minute
+	assert.Zero(t, UntilMore(limit.FW{Limit: 10, Window: time.Minute}, 10, 0, at), "nothing used")
+	assert.Equal(t, 15*time.Second, UntilMore(limit.FW{Limit: 10, Window: time.Minute}, 3, 15*time.Second, at))
+	// SWC: the current window ends in 15 s, though its state lasts 75 s.
+	assert.Equal(t, 15*time.Second, UntilMore(limit.SWC{Limit: 10, Window: time.Minute}, 0, 75*time.Second, at))
+	// GCRA 6 a minute (T = 10 s), burst 3: 2 used, state 20 s: one back in 10 s.
+	g := limit.GCRA{MaxBurst: 2, Count: 6, Period: time.Minute}
+	assert.Equal(t, 10*time.Second, UntilMore(g, 1, 20*time.Second, at))
+	assert.Equal(t, 8*time.Second, UntilMore(g, 1, 18*time.Second, at))
+	assert.Equal(t, 30*time.Second, UntilMore(limit.SWL{Limit: 5, Window: time.Minute}, 4, 30*time.Second, at))
 }
