@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cellserver/cellserver/gateway/header"
-	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/gateway/policy"
+	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/service"
 	"github.com/cellserver/cellserver/store"
 )
