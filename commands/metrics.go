@@ -90,10 +90,14 @@ func (s *Server) initMetrics() error {
 	if s.metrics == nil {
 		s.metrics = metrics.New()
 	}
-	if err := s.metrics.Register(serverCollector{s}); err != nil {
+	sc := serverCollector{s}
+	if err := s.metrics.Register(sc); err != nil {
 		return errors.New("commands: registering the server's metrics: " + err.Error())
 	}
-	s.metrics.AddFrontend("resp", s.respFigures)
+	if err := s.metrics.AddFrontend("resp", s.respFigures); err != nil {
+		s.metrics.Unregister(sc)
+		return errors.New("commands: " + err.Error())
+	}
 	return nil
 }
 

@@ -29,6 +29,7 @@
 package metrics
 
 import (
+	"errors"
 	"math"
 	"math/bits"
 	"net/http"
@@ -168,6 +169,9 @@ func New() *Registry {
 // Register adds a collector (a component's own families) to the registry.
 func (r *Registry) Register(c prometheus.Collector) error { return r.reg.Register(c) }
 
+// Unregister removes a collector Register added.
+func (r *Registry) Unregister(c prometheus.Collector) bool { return r.reg.Unregister(c) }
+
 // Gatherer returns the registry, to gather from.
 func (r *Registry) Gatherer() prometheus.Gatherer { return r.reg }
 
@@ -182,12 +186,17 @@ func (r *Registry) Handler() http.Handler {
 // called at every scrape: a front end that counts its decisions itself
 // (RESP) so that its hot path looks nothing up. read must be cheap and
 // safe for concurrent use; its label sets must be bounded. A second call
-// for the same name replaces the first. Call it before the gateways report
-// decisions: a gateway using the same name is counted under OtherLabel.
-func (r *Registry) AddFrontend(name string, read func() FrontendFigures) {
+// for the same name replaces the first. A name a gateway already reported
+// under is refused (the two would export the same series); a gateway that
+// reports under an added name later counts under OtherLabel.
+func (r *Registry) AddFrontend(name string, read func() FrontendFigures) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.latency[name]; ok {
+		return errors.New("metrics: front end " + strconv.Quote(name) + " is already counted by a gateway")
+	}
 	r.frontends[name] = read
+	return nil
 }
 
 // SetPolicyStats makes stats (a policy Source's Stats) the source of the

@@ -131,11 +131,11 @@ func TestSeriesBounded(t *testing.T) {
 func TestAddFrontend(t *testing.T) {
 	r := New()
 	var allowed int64
-	r.AddFrontend("resp", func() FrontendFigures {
+	require.NoError(t, r.AddFrontend("resp", func() FrontendFigures {
 		f := FrontendFigures{Decisions: []DecisionCount{{Limit: "cl.throttle", Allowed: allowed, Limited: 2}}, LatencySum: 3 * time.Second}
 		f.Latency[0], f.Latency[1], f.Latency[LatencyBuckets-1] = 5, 1, 4
 		return f
-	})
+	}))
 	allowed = 7
 	g := r.Gatherer()
 	assert.Equal(t, float64(7), counter(t, g, "cellserver_ratelimit_decisions_total", decision("resp", "", "cl.throttle", Allowed)))
@@ -160,6 +160,9 @@ func TestAddFrontend(t *testing.T) {
 	_, err := r.Gatherer().Gather()
 	require.NoError(t, err)
 	assert.Equal(t, float64(1), counter(t, g, "cellserver_ratelimit_decisions_total", decision(OtherLabel, "", "", Allowed)))
+	r.Decided("http", "d", &gateway.Decision{}, 0)
+	require.ErrorContains(t, r.AddFrontend("http", func() FrontendFigures { return FrontendFigures{} }),
+		`metrics: front end "http" is already counted by a gateway`)
 }
 
 func TestBucketOf(t *testing.T) {
