@@ -51,8 +51,8 @@ import (
 
 // Outcomes: the outcome label of cellserver_ratelimit_decisions_total.
 const (
-	// Allowed: the limit admitted the request (and, unless the request
-	// was refused by another limit, was charged).
+	// Allowed: the request passed and the limit was charged (RESP: the
+	// call was allowed).
 	Allowed = "allowed"
 	// Limited: the limit refused the request.
 	Limited = "limited"
@@ -212,31 +212,35 @@ func (r *Registry) SetPolicyStats(stats func() policy.SourceStats) {
 
 var _ gateway.Observer = (*Registry)(nil)
 
-// Decided counts one gateway decision (gateway.Observer): each descriptor
-// whose limit applied counts under its limit's name and outcome; a
-// decision where none applied counts once, allowed, under domain "" and
-// limit "" (an unknown domain is one: a client cannot make a label of it).
+// Decided counts one gateway decision (gateway.Observer). Each descriptor
+// whose limit applied counts under its limit's name: limited if it
+// refused, shadow_limited if a shadow-mode limit would have, allowed if
+// the request passed (the limit was charged); a limit that admitted a
+// request another one refused was not charged and counts nothing (its
+// series exist, at 0). A decision where no limit applied counts once,
+// allowed, under domain "" and limit "" (an unknown domain is one: a
+// client cannot make a label of it).
 func (r *Registry) Decided(frontend, domain string, d *gateway.Decision, took time.Duration) {
 	frontend, h := r.frontend(frontend)
 	h.add(took)
-	counted := false
+	applied := false
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
 		if st.Limit == nil {
 			continue
 		}
+		applied = true
 		c := r.counts(seriesKey{frontend, domain, st.Limit.Name})
 		switch {
 		case st.Shadowed:
 			c.shadow.Add(1)
 		case st.Code == gateway.OverLimit:
 			c.limited.Add(1)
-		default:
+		case d.Overall == gateway.OK:
 			c.allowed.Add(1)
 		}
-		counted = true
 	}
-	if !counted {
+	if !applied {
 		r.counts(seriesKey{frontend: frontend}).allowed.Add(1)
 	}
 }

@@ -62,9 +62,10 @@ func status(name string, code gateway.Code, shadowed bool) gateway.Status {
 }
 
 // TestDecidedCountsPerLimitAndOutcome: every descriptor whose limit
-// applied counts under its limit and outcome; a decision where none
-// applied counts once under domain "" and limit "", whatever domain the
-// client named.
+// applied counts under its limit and outcome, allowed only when the
+// request passed (a limit not charged because another refused counts
+// nothing); a decision where none applied counts once under domain "" and
+// limit "", whatever domain the client named.
 func TestDecidedCountsPerLimitAndOutcome(t *testing.T) {
 	r := New()
 	r.Decided("http", "api", &gateway.Decision{Overall: gateway.OverLimit, Statuses: []gateway.Status{
@@ -87,7 +88,7 @@ func TestDecidedCountsPerLimitAndOutcome(t *testing.T) {
 		{decision("http", "api", "per_minute", Limited), 1},
 		{decision("http", "api", "per_minute", Allowed), 1},
 		{decision("http", "api", "per_minute", ShadowLimited), 0},
-		{decision("http", "api", "per_day", Allowed), 1},
+		{decision("http", "api", "per_day", Allowed), 0},
 		{decision("http", "api", "per_day", Limited), 0},
 		{decision("http", "api", "shadow", ShadowLimited), 1},
 		{decision("http", "api", "shadow", Allowed), 0},
@@ -108,7 +109,7 @@ func TestDecidedCountsPerLimitAndOutcome(t *testing.T) {
 func TestSeriesBounded(t *testing.T) {
 	r := New()
 	for i := 0; i < MaxSeries+100; i++ {
-		r.Decided("http", "d", &gateway.Decision{Statuses: []gateway.Status{status("l"+strconv.Itoa(i), gateway.OK, false)}}, 0)
+		r.Decided("http", "d", &gateway.Decision{Overall: gateway.OK, Statuses: []gateway.Status{status("l"+strconv.Itoa(i), gateway.OK, false)}}, 0)
 	}
 	assert.Equal(t, float64(100), counter(t, r.Gatherer(), "cellserver_ratelimit_decisions_total", decision("http", OtherLabel, OtherLabel, Allowed)))
 	assert.Equal(t, float64(1), counter(t, r.Gatherer(), "cellserver_ratelimit_decisions_total", decision("http", "d", "l0", Allowed)))
@@ -206,7 +207,7 @@ func (failing) Collect(ch chan<- prometheus.Metric) {
 // count and sum; a failing collector's error comes with what was gathered.
 func TestInfoLines(t *testing.T) {
 	r := New()
-	r.Decided("http", "we\"ird\ndomain", &gateway.Decision{Statuses: []gateway.Status{status("b", gateway.OverLimit, false)}}, 1500*time.Microsecond)
+	r.Decided("http", "we\"ird\ndomain", &gateway.Decision{Overall: gateway.OverLimit, Statuses: []gateway.Status{status("b", gateway.OverLimit, false)}}, 1500*time.Microsecond)
 	r.SetPolicyStats(func() policy.SourceStats { return policy.SourceStats{Reloads: 2} })
 	lines, err := r.InfoLines()
 	require.NoError(t, err)
@@ -230,7 +231,7 @@ func TestInfoLines(t *testing.T) {
 // runtime and process collectors included.
 func TestHandler(t *testing.T) {
 	r := New()
-	r.Decided("http", "api", &gateway.Decision{Statuses: []gateway.Status{status("per_minute", gateway.OK, false)}}, time.Millisecond)
+	r.Decided("http", "api", &gateway.Decision{Overall: gateway.OK, Statuses: []gateway.Status{status("per_minute", gateway.OK, false)}}, time.Millisecond)
 	_ = r.Handler() // a second handler shares the first's error counter
 	srv := httptest.NewServer(r.Handler())
 	defer srv.Close()
