@@ -34,14 +34,14 @@ func checkGatewayFlags(c *Config) error {
 // for, all on exec's decision API. stop shuts them down.
 func startGateways(cfg Config, exec *commands.Server, log *slog.Logger) (stop func(), err error) {
 	var stops []func()
-	stop = func() {
+	stopAll := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			stop()
+			stopAll() // what started before the failure
 		}
 	}()
 	var eng *gateway.Engine
@@ -67,5 +67,5 @@ func startGateways(cfg Config, exec *commands.Server, log *slog.Logger) (stop fu
 		}
 		stops = append(stops, s)
 	}
-	return stop, nil
+	return stopAll, nil
 }

@@ -110,7 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this `host:port` (default: on --http-addr, if set)")
 	fs.IntVar(&c.HTTPTrustedHops, "http-trusted-hops", 0, "number of proxies in front of the HTTP check whose X-Forwarded-For entries are trusted; 0 uses X-Real-IP, else the peer address")
 	fs.StringVar(&c.HTTPOnError, "http-on-error", "deny", "the HTTP check's answer when the store cannot decide: allow (200) or deny (429)")
-	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", 10000, "maximum simultaneous HTTP connections")
+	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", 10000, "maximum simultaneous connections of the HTTP check and, counted apart, of the gRPC service")
 	rlHeaders := fs.String("rate-limit-headers", header.Default.String(), "header sets the gateways write: a comma list of ietf (RateLimit, RateLimit-Policy), x (X-RateLimit-*, Reset in epoch seconds) or x-delta (Reset in seconds from now), or none")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n       cellserver cluster init --nodes host:port,...\n       cellserver cluster apply FILE\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")

@@ -14,11 +14,28 @@
 // wildcard ("foo*" matches every value starting with "foo"; "*" any), then
 // one with the same key and no value. The limit applied is the rate_limit
 // of the node reached after the last entry; a node without one (or a
-// descriptor that leaves the tree) is no limit.
+// descriptor that leaves the tree) is no limit. Wildcards are tried in file
+// order, the first that fits wins, as there.
+//
+// Quick start:
+//
+//	src, err := policy.Open("policy.yaml", policy.SourceOptions{})
+//	if err != nil { ... }                      // the file does not load
+//	defer src.Close()
+//	ms := src.Current().MatchAll("api", descriptors, nil)
+//	// ms[i].Limit: nil, or the limit (ms[i].Limit.Limit its CL.LIMIT
+//	// limit); ms[i].Key: the bucket's store key
+//
+// Each match's Key is "rl:<domain>:<algorithm>:<key>=<value>:...", every
+// part percent-escaped for ':', '=', '%', '#', '{' and '}': distinct
+// descriptors never share a key, a client cannot choose a Redis Cluster
+// hash tag, and a reload that changes a rule's algorithm starts a new
+// bucket. Keys stay within MaxKeyBytes (a longer one ends in "#" and the
+// SHA-256 of the whole). docs/policy.md describes the format.
 package policy
 
 import (
-	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/cellserver/cellserver/limit"
@@ -28,6 +45,8 @@ import (
 type Unit uint8
 
 // Units, as envoyproxy/ratelimit spells them (case-insensitive in a file).
+// Week is Envoy's RateLimitUnit WEEK (7 days), which envoyproxy/ratelimit
+// accepts too.
 const (
 	UnitUnknown Unit = iota
 	Second
@@ -38,6 +57,42 @@ const (
 	Month // 30 days for the window algorithms, as envoyproxy/ratelimit; a calendar month for cal
 	Year  // 365 days for the window algorithms; a calendar year for cal
 )
+
+var unitNames = [...]string{Second: "second", Minute: "minute", Hour: "hour", Day: "day", Week: "week", Month: "month", Year: "year"}
+
+var unitDurations = [...]time.Duration{
+	Second: time.Second, Minute: time.Minute, Hour: time.Hour, Day: 24 * time.Hour,
+	Week: 7 * 24 * time.Hour, Month: 30 * 24 * time.Hour, Year: 365 * 24 * time.Hour,
+}
+
+// String returns the unit's name in lower case ("minute"), "unknown" for
+// UnitUnknown or an out-of-range value.
+func (u Unit) String() string {
+	if u > UnitUnknown && int(u) < len(unitNames) {
+		return unitNames[u]
+	}
+	return "unknown"
+}
+
+// Duration is the unit's length as envoyproxy/ratelimit divides time: a
+// month is 30 days, a year 365; 0 for UnitUnknown.
+func (u Unit) Duration() time.Duration {
+	if u > UnitUnknown && int(u) < len(unitDurations) {
+		return unitDurations[u]
+	}
+	return 0
+}
+
+// ParseUnit reads a unit name, case-insensitively ("MINUTE", "minute");
+// UnitUnknown for anything else.
+func ParseUnit(s string) Unit {
+	for u := Second; u <= Year; u++ {
+		if strings.EqualFold(s, unitNames[u]) {
+			return u
+		}
+	}
+	return UnitUnknown
+}
 
 // Entry is one key/value pair of a request descriptor.
 type Entry struct{ Key, Value string }
@@ -84,6 +139,8 @@ type RateLimit struct {
 	Limit limit.Limit
 	// Window is the limit's window (GCRA: its period): RateLimit-Policy's w.
 	Window time.Duration
+
+	generated string // the name made from the descriptor path, before it is made unique
 }
 
 // Match is one request descriptor's match.
@@ -98,67 +155,35 @@ type Match struct {
 	Key string
 }
 
-// Config is a loaded policy: every domain of a file. Immutable.
+// Config is a loaded policy: every domain of a file. Immutable once built,
+// safe for concurrent use; the zero Config has no domain.
 type Config struct {
-	// unexported: domains and their descriptor trees
+	domains map[string]*domain
+	names   []string // sorted
 }
 
-// Parse parses a policy file's contents (one or more YAML documents). The
-// error names the document, the YAML path and the problem in one line.
-func Parse(data []byte) (*Config, error) { panic("policy.Parse: not written yet") }
-
-// Domains lists the configured domains, sorted.
-func (c *Config) Domains() []string { panic("not written yet") }
-
-// Match matches one request descriptor of domain. An unknown domain, or a
-// descriptor that matches no rate_limit, gives a Match with a nil Limit.
-func (c *Config) Match(domain string, d Descriptor) Match { panic("not written yet") }
-
-// MatchAll matches every descriptor of one request and applies replaces:
-// a matched limit named in another matched limit's Replaces is dropped
-// (its Match's Limit set to nil). out[i] is descriptor i's match.
-func (c *Config) MatchAll(domain string, ds []Descriptor, out []Match) []Match {
-	panic("not written yet")
+// domain is one YAML document: its descriptor tree and its limits.
+type domain struct {
+	name   string
+	prefix string // the store keys' "rl:<escaped domain>:"
+	root   node
+	limits []*RateLimit // in file order
 }
 
-// Source keeps the current Config of a policy file and reloads it when the
-// file changes: a file that does not parse is refused (logged, counted),
-// and the previous Config stays in force.
-type Source struct {
-	// unexported
+// node is one level of a descriptor tree: the configured descriptors under
+// it, looked up by key and value, by key and value prefix (in file order),
+// then by key alone.
+type node struct {
+	exact map[Entry]*node
+	wild  []wildNode
+	bare  map[string]*node
+	limit *RateLimit
 }
 
-// Current returns the Config in force. Safe for concurrent use.
-func (s *Source) Current() *Config { panic("not written yet") }
-
-// SourceOptions configure Open.
-type SourceOptions struct {
-	// Poll is how often the file is checked for a change (its size,
-	// modification time and contents); default 1 s. Polling, not inotify,
-	// so a ConfigMap's symlink swap and an editor's rename are both seen.
-	Poll   time.Duration
-	Logger *slog.Logger
-	// OnReload, if set, is called after every attempt to load a changed
-	// file: err nil when the new Config is in force.
-	OnReload func(err error)
+// wildNode is a descriptor whose value ends in "*".
+type wildNode struct {
+	key, prefix string
+	n           *node
 }
 
-// Open loads path (an error if it does not parse: a server must not start
-// on a bad policy) and keeps watching it until Close.
-func Open(path string, opt SourceOptions) (*Source, error) { panic("not written yet") }
-
-// Static is a Source that never changes: tests and embedded uses.
-func Static(c *Config) *Source { panic("not written yet") }
-
-// SourceStats are a Source's reload counts.
-type SourceStats struct {
-	Reloads, Failures int64  // changed files loaded, and refused
-	LastError         string // the last refusal ("" if none)
-	LoadedAt          time.Time
-}
-
-// Stats returns the reload counts.
-func (s *Source) Stats() SourceStats { panic("not written yet") }
-
-// Close stops watching. Idempotent.
-func (s *Source) Close() { panic("not written yet") }
+func (n *node) leaf() bool { return len(n.exact) == 0 && len(n.wild) == 0 && len(n.bare) == 0 }

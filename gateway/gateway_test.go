@@ -1,0 +1,310 @@
+package gateway
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cellserver/cellserver/gateway/header"
+	"github.com/cellserver/cellserver/gateway/policy"
+	"github.com/cellserver/cellserver/service"
+	"github.com/cellserver/cellserver/store"
+)
+
+// t0 is the start of a UTC day (and so of its minutes), in ns: every
+// window of the tests starts fresh at t0.
+const t0 = int64(19676 * 86400 * time.Second)
+
+const testPolicy = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {name: per_minute, unit: minute, requests_per_unit: 2}
+  - key: user_day
+    rate_limit: {name: per_day, unit: day, requests_per_unit: 5}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {name: soft, unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: smooth
+    rate_limit: {name: smooth, unit: second, requests_per_unit: 10, algorithm: gcra, burst: 5}
+  - key: pricey
+    rate_limit: {name: pricey, unit: minute, requests_per_unit: 10, cost: 4}
+  - key: nolimit
+  - key: banned
+    rate_limit: {unit: second, requests_per_unit: 0}
+`
+
+// newEngine is an Engine on a real in-memory store with a frozen clock at t0.
+func newEngine(t *testing.T) (*Engine, *store.Clock) {
+	t.Helper()
+	clk := &store.Clock{}
+	clk.Set(t0)
+	st, err := store.New(store.Config{Shards: 4, Clock: clk})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	cfg, err := policy.Parse([]byte(testPolicy))
+	require.NoError(t, err)
+	return New(Config{Service: service.New(service.Config{Store: st}), Policies: policy.Static(cfg)}), clk
+}
+
+// desc reads "k=v,k2=v2".
+func desc(s string) policy.Descriptor {
+	var d policy.Descriptor
+	for _, kv := range strings.Split(s, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		d.Entries = append(d.Entries, policy.Entry{Key: k, Value: v})
+	}
+	return d
+}
+
+func check(t *testing.T, e *Engine, ds ...string) *Decision {
+	t.Helper()
+	req := &Request{Domain: "api"}
+	for _, s := range ds {
+		req.Descriptors = append(req.Descriptors, desc(s))
+	}
+	d, err := e.Check("test", req)
+	require.NoError(t, err)
+	require.Len(t, d.Statuses, len(ds))
+	return d
+}
+
+// remaining reads one descriptor's remaining quota without charging it
+// (hits_addend 0 on the descriptor).
+func remaining(t *testing.T, e *Engine, s string) uint32 {
+	t.Helper()
+	d := desc(s)
+	d.HasHits = true
+	dec, err := e.Check("test", &Request{Domain: "api", Descriptors: []policy.Descriptor{d}})
+	require.NoError(t, err)
+	require.Equal(t, OK, dec.Overall, "a check-only request passes")
+	return dec.Statuses[0].Remaining
+}
+
+// The issue's done-when: a request matching a per-minute and a per-day
+// descriptor never charges the day when the minute rejects.
+func TestMinuteRejectionNeverChargesTheDay(t *testing.T) {
+	e, clk := newEngine(t)
+	for i, want := range []uint32{4, 3} {
+		d := check(t, e, "user=u1", "user_day=u1")
+		require.Equal(t, OK, d.Overall, "request %d", i)
+		assert.Equal(t, want, d.Statuses[1].Remaining)
+	}
+	require.Equal(t, uint32(3), remaining(t, e, "user_day=u1"))
+	for range 5 {
+		d := check(t, e, "user=u1", "user_day=u1")
+		require.Equal(t, OverLimit, d.Overall)
+		assert.Equal(t, OverLimit, d.Statuses[0].Code)
+		assert.Equal(t, OK, d.Statuses[1].Code)
+		assert.Equal(t, 0, d.Deciding)
+		assert.Equal(t, []string{"per_minute"}, d.Violated())
+		assert.Equal(t, time.Minute, d.Statuses[0].RetryAfter)
+	}
+	assert.Equal(t, uint32(3), remaining(t, e, "user_day=u1"), "the refused requests spent nothing of the day")
+	assert.Equal(t, uint32(0), remaining(t, e, "user=u1"))
+
+	// The next minute: the day is charged again, by one.
+	clk.Advance(int64(time.Minute))
+	d := check(t, e, "user=u1", "user_day=u1")
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, uint32(2), d.Statuses[1].Remaining)
+	assert.Equal(t, uint32(2), remaining(t, e, "user_day=u1"))
+}
+
+// All or nothing the other way: a day that refuses leaves the minute alone.
+func TestDayRejectionNeverChargesTheMinute(t *testing.T) {
+	e, clk := newEngine(t)
+	for range 5 { // spend the day, one a minute
+		require.Equal(t, OK, check(t, e, "user=u2", "user_day=u2").Overall)
+		clk.Advance(int64(time.Minute))
+	}
+	assert.Equal(t, uint32(2), remaining(t, e, "user=u2"))
+	d := check(t, e, "user=u2", "user_day=u2")
+	require.Equal(t, OverLimit, d.Overall)
+	assert.Equal(t, OK, d.Statuses[0].Code)
+	assert.Equal(t, OverLimit, d.Statuses[1].Code)
+	assert.Equal(t, 1, d.Deciding)
+	assert.Equal(t, []string{"per_day"}, d.Violated())
+	assert.Equal(t, uint32(2), remaining(t, e, "user=u2"), "the minute was not charged")
+	// The day's Retry-After is the day's end (5 minutes into it).
+	assert.Equal(t, 24*time.Hour-5*time.Minute, d.Statuses[1].RetryAfter)
+}
+
+func TestShadowMode(t *testing.T) {
+	e, clk := newEngine(t)
+	// Passing, within the shadow limit: charged.
+	d := check(t, e, "user=s1", "shadow=s1")
+	require.Equal(t, OK, d.Overall)
+	assert.False(t, d.Statuses[1].Shadowed)
+	assert.Equal(t, uint32(0), d.Statuses[1].Remaining)
+	// Over the shadow limit: still passes, reported.
+	d = check(t, e, "user=s1", "shadow=s1")
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, OK, d.Statuses[1].Code)
+	assert.True(t, d.Statuses[1].Shadowed)
+	assert.Empty(t, d.Violated())
+	// Shadow limits are not in the headers.
+	v := d.Values()
+	require.Len(t, v.Policies, 1)
+	assert.Equal(t, "per_minute", v.Policies[0].Name)
+
+	// A refused request does not charge its shadow limit.
+	clk.Advance(int64(time.Minute))
+	for range 2 {
+		require.Equal(t, OK, check(t, e, "user=s2").Overall)
+	}
+	d = check(t, e, "user=s2", "shadow=s2")
+	require.Equal(t, OverLimit, d.Overall)
+	assert.Equal(t, OK, d.Statuses[1].Code)
+	assert.Equal(t, uint32(1), remaining(t, e, "shadow=s2"), "not charged by the refused request")
+	// A shadow limit alone never refuses.
+	for range 3 {
+		d = check(t, e, "shadow=s3")
+		assert.Equal(t, OK, d.Overall)
+		assert.Equal(t, -1, d.Deciding, "no enforced limit applied")
+	}
+	assert.True(t, d.Statuses[0].Shadowed)
+}
+
+func TestUnlimited(t *testing.T) {
+	e, _ := newEngine(t)
+	for range 3 {
+		d := check(t, e, "free=x")
+		require.Equal(t, OK, d.Overall)
+		assert.Equal(t, uint32(math.MaxUint32), d.Statuses[0].Remaining)
+		assert.True(t, d.Statuses[0].Limit.Unlimited)
+		assert.Equal(t, -1, d.Deciding)
+		assert.Empty(t, d.Values().Policies)
+	}
+	// Beside an enforced limit it changes nothing.
+	d := check(t, e, "free=x", "user=f1")
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, 1, d.Deciding)
+	v := d.Values()
+	require.Len(t, v.Policies, 1)
+	assert.Equal(t, 0, v.Deciding)
+	// A descriptor matching nothing is no limit either.
+	d = check(t, e, "nolimit=x", "unknown=y")
+	assert.Equal(t, OK, d.Overall)
+	assert.Nil(t, d.Statuses[0].Limit)
+	assert.Nil(t, d.Statuses[1].Limit)
+}
+
+func TestHitsAddend(t *testing.T) {
+	e, _ := newEngine(t)
+	dec := func(req *Request) *Decision {
+		t.Helper()
+		req.Domain = "api"
+		d, err := e.Check("test", req)
+		require.NoError(t, err)
+		return d
+	}
+	// The request's hits.
+	d := dec(&Request{Descriptors: []policy.Descriptor{desc("user_day=h")}, HitsAddend: 2})
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, uint32(3), d.Statuses[0].Remaining)
+	// A descriptor's own hits win over the request's.
+	own := desc("user_day=h")
+	own.HasHits, own.HitsAddend = true, 1
+	d = dec(&Request{Descriptors: []policy.Descriptor{own}, HitsAddend: 2})
+	assert.Equal(t, uint32(2), d.Statuses[0].Remaining)
+	// 0 on the descriptor checks without charging.
+	assert.Equal(t, uint32(2), remaining(t, e, "user_day=h"))
+	assert.Equal(t, uint32(2), remaining(t, e, "user_day=h"))
+	// More hits than remain: refused, nothing charged.
+	d = dec(&Request{Descriptors: []policy.Descriptor{desc("user_day=h")}, HitsAddend: 3})
+	assert.Equal(t, OverLimit, d.Overall)
+	assert.Equal(t, uint32(2), remaining(t, e, "user_day=h"))
+	// A cost multiplies the hits: 2 hits of cost 4 out of 10.
+	d = dec(&Request{Descriptors: []policy.Descriptor{desc("pricey=p")}, HitsAddend: 2})
+	assert.Equal(t, uint32(2), d.Statuses[0].Remaining)
+	// Huge hits saturate and are refused, not wrapped around.
+	d = dec(&Request{Descriptors: []policy.Descriptor{desc("pricey=p2")}, HitsAddend: math.MaxUint64})
+	assert.Equal(t, OverLimit, d.Overall)
+	assert.Equal(t, uint32(10), remaining(t, e, "pricey=p2"))
+}
+
+// Two descriptors of one request on the same bucket are one limit charged
+// twice.
+func TestSameBucketTwice(t *testing.T) {
+	e, _ := newEngine(t)
+	d := check(t, e, "user=twice", "user=twice")
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, uint32(0), remaining(t, e, "user=twice"))
+	d = check(t, e, "user=twice2", "user=twice2", "user=twice2")
+	assert.Equal(t, OverLimit, d.Overall)
+	assert.Equal(t, uint32(2), remaining(t, e, "user=twice2"))
+}
+
+// Values: what the headers show.
+func TestValues(t *testing.T) {
+	e, clk := newEngine(t)
+	clk.Advance(int64(15 * time.Second))
+	d := check(t, e, "user=v", "user_day=v", "smooth=v")
+	require.Equal(t, OK, d.Overall)
+	v := d.Values()
+	assert.Equal(t, []header.Policy{
+		{Name: "per_minute", Quota: 2, Window: time.Minute, Algorithm: "fw"},
+		{Name: "per_day", Quota: 5, Window: 24 * time.Hour, Algorithm: "fw"},
+		{Name: "smooth", Quota: 5, Window: time.Second, Algorithm: "gcra"},
+	}, v.Policies)
+	assert.Equal(t, 0, v.Deciding, "the least remaining: the minute's 1")
+	assert.False(t, v.Limited)
+	assert.Equal(t, int64(1), v.Remaining)
+	assert.Equal(t, 45*time.Second, v.Reset, "the minute's used unit comes back at its end")
+	assert.Equal(t, time.Unix(0, t0).Add(15*time.Second), v.Now)
+
+	check(t, e, "user=v")
+	d = check(t, e, "user=v", "user_day=v", "smooth=v")
+	require.Equal(t, OverLimit, d.Overall)
+	v = d.Values()
+	assert.True(t, v.Limited)
+	assert.Equal(t, 0, v.Deciding)
+	assert.Equal(t, 45*time.Second, v.RetryAfter)
+	fields := header.Convention{IETF: true}.Append(nil, &v)
+	assert.Equal(t, []header.Field{
+		{Name: "Retry-After", Value: "45"},
+		{Name: "RateLimit-Policy", Value: `"per_minute";q=2;w=60;cellserver-alg="fw", "per_day";q=5;w=86400;cellserver-alg="fw", "smooth";q=5;w=1;cellserver-alg="gcra"`},
+		{Name: "RateLimit", Value: `"per_minute";r=0;t=45`},
+	}, fields)
+}
+
+// requests_per_unit 0 (envoyproxy/ratelimit's block list) refuses every
+// hit, and a check-only request still passes.
+func TestBlocked(t *testing.T) {
+	e, _ := newEngine(t)
+	for range 3 {
+		d := check(t, e, "banned=1.2.3.4", "user=b")
+		require.Equal(t, OverLimit, d.Overall)
+		assert.Equal(t, []string{"api-banned"}, d.Violated())
+		assert.Equal(t, time.Second, d.Statuses[0].RetryAfter, "never fits: a window's length")
+		assert.Equal(t, 0, d.Deciding)
+	}
+	assert.Equal(t, uint32(2), remaining(t, e, "user=b"), "the request's other limit was not charged")
+	remaining(t, e, "banned=1.2.3.4")
+}
+
+func TestRequestErrors(t *testing.T) {
+	e, _ := newEngine(t)
+	_, err := e.Check("test", &Request{Descriptors: []policy.Descriptor{desc("user=x")}})
+	assert.ErrorIs(t, err, ErrEmptyDomain)
+	assert.False(t, IsUnavailable(err))
+	req := &Request{Domain: "api"}
+	for range MaxDescriptors + 1 {
+		req.Descriptors = append(req.Descriptors, desc("user=x"))
+	}
+	_, err = e.Check("test", req)
+	assert.ErrorIs(t, err, ErrTooManyDescriptors)
+	assert.False(t, IsUnavailable(err))
+	// An unknown domain limits nothing.
+	d, err := e.Check("test", &Request{Domain: "nope", Descriptors: []policy.Descriptor{desc("user=x")}})
+	require.NoError(t, err)
+	assert.Equal(t, OK, d.Overall)
+	assert.Nil(t, d.Statuses[0].Limit)
+}

@@ -1,0 +1,567 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cellserver/cellserver/limit"
+)
+
+// Bounds of a policy file. The file is the operator's, not a client's, but
+// a typo (a generated file gone wrong) must give an error, not a server
+// that runs out of memory or stack.
+const (
+	// MaxFileBytes is the largest policy file Parse and Open read.
+	MaxFileBytes = 8 << 20
+	// MaxDepth is the deepest descriptor nesting (Envoy builds one entry
+	// per rate-limit action; real files nest two or three levels).
+	MaxDepth = 32
+	// MaxDomainBytes is the longest domain name: it is part of every key.
+	MaxDomainBytes = 128
+	// MaxNameBytes is the longest rate_limit name (a header value).
+	MaxNameBytes = 128
+	// MaxDescriptors is the most configured descriptors (rules) a file
+	// holds, counted as loaded: YAML aliases could otherwise make a small
+	// file a tree of billions.
+	MaxDescriptors = 100_000
+)
+
+// Parse parses a policy file's contents (one or more YAML documents). The
+// error names the document, the YAML path and the problem in one line.
+func Parse(data []byte) (*Config, error) {
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("policy: the file is %d bytes, more than %d", len(data), MaxFileBytes)
+	}
+	c := &Config{domains: map[string]*domain{}}
+	budget := MaxDescriptors
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for doc := 1; ; doc++ {
+		var root yaml.Node
+		err := dec.Decode(&root)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("policy: document %d: %s", doc, oneLine(err.Error()))
+		}
+		if len(root.Content) == 0 || isNull(root.Content[0]) {
+			continue // an empty document ("---" at the end, comments only)
+		}
+		p := &parser{doc: doc, budget: &budget}
+		d, err := p.domain(root.Content[0])
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := c.domains[d.name]; dup {
+			return nil, p.errf(root.Content[0], "domain", "duplicate domain %q (each domain is one document)", d.name)
+		}
+		c.domains[d.name] = d
+		c.names = append(c.names, d.name)
+	}
+	if len(c.domains) == 0 {
+		return nil, errors.New("policy: the file holds no domain (want a YAML document with domain and descriptors)")
+	}
+	sort.Strings(c.names)
+	return c, nil
+}
+
+// parser reads one YAML document.
+type parser struct {
+	doc   int
+	dom   string
+	names map[string]bool // the domain's limit names, explicit and generated
+	// budget is how many more descriptors the file may hold.
+	budget *int
+}
+
+// errf is a refusal: "policy: document 2 (domain "x"), descriptors[0].rate_limit.unit: ... (line 7)".
+func (p *parser) errf(n *yaml.Node, path, format string, args ...any) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "policy: document %d", p.doc)
+	if p.dom != "" {
+		fmt.Fprintf(&b, " (domain %q)", p.dom)
+	}
+	if path != "" {
+		b.WriteString(", ")
+		b.WriteString(path)
+	}
+	b.WriteString(": ")
+	b.WriteString(oneLine(fmt.Sprintf(format, args...)))
+	if n != nil && n.Line > 0 {
+		fmt.Fprintf(&b, " (line %d)", n.Line)
+	}
+	return errors.New(b.String())
+}
+
+// oneLine joins a multi-line message (yaml's lists of errors) into one.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+// fields checks that n is a mapping with only the allowed keys, each once,
+// and returns its values by key (a null value counts as absent, as
+// envoyproxy/ratelimit reads it).
+func (p *parser) fields(n *yaml.Node, path string, allowed ...string) (map[string]*yaml.Node, error) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, p.errf(n, path, "want a mapping, got %s", kindName(n))
+	}
+	m := make(map[string]*yaml.Node, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
+			return nil, p.errf(k, path, "merge keys (<<) are not supported: write the fields out")
+		}
+		if k.Kind != yaml.ScalarNode {
+			return nil, p.errf(k, path, "a key that is not a string")
+		}
+		known := false
+		for _, a := range allowed {
+			known = known || k.Value == a
+		}
+		if !known {
+			return nil, p.errf(k, path, "unknown key %q (want one of %s)", k.Value, strings.Join(allowed, ", "))
+		}
+		if _, dup := m[k.Value]; dup {
+			return nil, p.errf(k, path, "key %q given twice", k.Value)
+		}
+		if v.Kind == yaml.AliasNode {
+			v = v.Alias
+		}
+		if !isNull(v) {
+			m[k.Value] = v
+		}
+	}
+	return m, nil
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "nothing"
+}
+
+func (p *parser) str(n *yaml.Node, path string) (string, error) {
+	if n == nil {
+		return "", nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return "", p.errf(n, path, "want a string, got %s", kindName(n))
+	}
+	return n.Value, nil
+}
+
+// boolean reads YAML 1.1's booleans too (yes, on, ...): envoyproxy/ratelimit
+// reads its files with gopkg.in/yaml.v2, which takes them.
+func (p *parser) boolean(n *yaml.Node, path string) (bool, error) {
+	if n == nil {
+		return false, nil
+	}
+	if n.Kind == yaml.ScalarNode && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+		switch strings.ToLower(n.Value) {
+		case "true", "yes", "on", "y":
+			return true, nil
+		case "false", "no", "off", "n":
+			return false, nil
+		}
+	}
+	return false, p.errf(n, path, "want true or false, got %s", kindName(n))
+}
+
+// uint32Of reads an integer 0..max (has: the key was given).
+func (p *parser) uint32Of(n *yaml.Node, path string, lo, hi uint64) (v uint32, has bool, err error) {
+	if n == nil {
+		return 0, false, nil
+	}
+	var u uint64
+	if n.Kind != yaml.ScalarNode || n.Decode(&u) != nil || u < lo || u > hi {
+		return 0, true, p.errf(n, path, "want an integer from %d to %d, got %s", lo, hi, kindName(n))
+	}
+	return uint32(u), true, nil
+}
+
+func (p *parser) list(n *yaml.Node, path string) ([]*yaml.Node, error) {
+	if n == nil {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, p.errf(n, path, "want a list, got %s", kindName(n))
+	}
+	return n.Content, nil
+}
+
+func (p *parser) domain(n *yaml.Node) (*domain, error) {
+	// The domain names the document in every error, even one found
+	// before the domain key is read.
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k, v := n.Content[i], n.Content[i+1]; k.Value == "domain" && v.Kind == yaml.ScalarNode && len(v.Value) <= MaxDomainBytes {
+				p.dom = v.Value
+				break
+			}
+		}
+	}
+	f, err := p.fields(n, "", "domain", "descriptors")
+	if err != nil {
+		return nil, err
+	}
+	name, err := p.str(f["domain"], "domain")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case name == "":
+		return nil, p.errf(n, "domain", "config file cannot have empty domain")
+	case len(name) > MaxDomainBytes:
+		return nil, p.errf(f["domain"], "domain", "longer than %d bytes", MaxDomainBytes)
+	}
+	p.names = map[string]bool{}
+	d := &domain{name: name, prefix: "rl:" + escape(name) + ":"}
+	if err := p.descriptors(d, &d.root, f["descriptors"], "descriptors", name, []string{sanitize(name)}, 1); err != nil {
+		return nil, err
+	}
+	// Generated names last, so that they avoid every explicit one.
+	for _, l := range d.limits {
+		if l.Name == "" {
+			continue
+		}
+		p.names[l.Name] = true
+	}
+	for _, l := range d.limits {
+		if l.Name == "" {
+			l.Name = p.uniqueName(l.generated)
+		}
+	}
+	return d, nil
+}
+
+// descriptors loads one level's list into parent. full is the level's
+// envoyproxy/ratelimit key ("domain.key_value"), at the generated name's
+// parts so far.
+func (p *parser) descriptors(d *domain, parent *node, n *yaml.Node, path, full string, at []string, depth int) error {
+	items, err := p.list(n, path)
+	if err != nil {
+		return err
+	}
+	if len(items) > 0 && depth > MaxDepth {
+		return p.errf(n, path, "descriptors nested deeper than %d levels", MaxDepth)
+	}
+	for i, it := range items {
+		ipath := path + "[" + strconv.Itoa(i) + "]"
+		if *p.budget--; *p.budget < 0 {
+			return p.errf(it, ipath, "more than %d descriptors in the file", MaxDescriptors)
+		}
+		f, err := p.fields(it, ipath, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric")
+		if err != nil {
+			return err
+		}
+		key, err := p.str(f["key"], ipath+".key")
+		if err != nil {
+			return err
+		}
+		if key == "" {
+			return p.errf(it, ipath, "descriptor has empty key")
+		}
+		value, err := p.str(f["value"], ipath+".value")
+		if err != nil {
+			return err
+		}
+		shadow, err := p.boolean(f["shadow_mode"], ipath+".shadow_mode")
+		if err != nil {
+			return err
+		}
+		detailed, err := p.boolean(f["detailed_metric"], ipath+".detailed_metric")
+		if err != nil {
+			return err
+		}
+		part := key
+		if value != "" {
+			part += "_" + value
+		}
+		child := &node{}
+		if !parent.add(key, value, child) {
+			return p.errf(it, ipath, "duplicate descriptor composite key '%s'", full+"."+part)
+		}
+		here := append(at[:len(at):len(at)], sanitize(part))
+		if rl := f["rate_limit"]; rl != nil {
+			l, err := p.rateLimit(rl, ipath+".rate_limit")
+			if err != nil {
+				return err
+			}
+			l.ShadowMode, l.DetailedMetric = shadow, detailed
+			l.generated = strings.Join(here, "-")
+			child.limit = l
+			d.limits = append(d.limits, l)
+		}
+		if err := p.descriptors(d, child, f["descriptors"], ipath+".descriptors", full+"."+part, here, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// add files child under key and value; false if that place is taken
+// (envoyproxy/ratelimit's "duplicate descriptor composite key").
+func (n *node) add(key, value string, child *node) bool {
+	if value == "" {
+		if n.bare[key] != nil {
+			return false
+		}
+		if n.bare == nil {
+			n.bare = map[string]*node{}
+		}
+		n.bare[key] = child
+		return true
+	}
+	e := Entry{key, value}
+	if n.exact[e] != nil {
+		return false
+	}
+	if n.exact == nil {
+		n.exact = map[Entry]*node{}
+	}
+	n.exact[e] = child
+	if strings.HasSuffix(value, "*") {
+		n.wild = append(n.wild, wildNode{key: key, prefix: strings.TrimSuffix(value, "*"), n: child})
+	}
+	return true
+}
+
+var algorithms = []string{"fw", "swc", "swl", "gcra", "cal"}
+
+// rateLimit reads a rate_limit block and builds its CL.LIMIT limit.
+func (p *parser) rateLimit(n *yaml.Node, path string) (*RateLimit, error) {
+	f, err := p.fields(n, path, "unit", "requests_per_unit", "unlimited", "name", "replaces",
+		"algorithm", "burst", "cost", "timezone")
+	if err != nil {
+		return nil, err
+	}
+	l := &RateLimit{}
+	if l.Unlimited, err = p.boolean(f["unlimited"], path+".unlimited"); err != nil {
+		return nil, err
+	}
+	if l.Name, err = p.str(f["name"], path+".name"); err != nil {
+		return nil, err
+	}
+	if len(l.Name) > MaxNameBytes {
+		return nil, p.errf(f["name"], path+".name", "longer than %d bytes", MaxNameBytes)
+	}
+	reps, err := p.list(f["replaces"], path+".replaces")
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range reps {
+		rpath := path + ".replaces[" + strconv.Itoa(i) + "]"
+		rf, err := p.fields(r, rpath, "name")
+		if err != nil {
+			return nil, err
+		}
+		name, err := p.str(rf["name"], rpath+".name")
+		switch {
+		case err != nil:
+			return nil, err
+		case name == "":
+			return nil, p.errf(r, rpath, "should not have an empty replaces entry")
+		case name == l.Name:
+			return nil, p.errf(r, rpath, "replaces should not contain name of same descriptor")
+		}
+		l.Replaces = append(l.Replaces, name)
+	}
+	unitNode := f["unit"]
+	unitText, err := p.str(unitNode, path+".unit")
+	if err != nil {
+		return nil, err
+	}
+	rpu, hasRPU, err := p.uint32Of(f["requests_per_unit"], path+".requests_per_unit", 0, math.MaxUint32)
+	if err != nil {
+		return nil, err
+	}
+	burst, hasBurst, err := p.uint32Of(f["burst"], path+".burst", 1, math.MaxUint32)
+	if err != nil {
+		return nil, err
+	}
+	cost, hasCost, err := p.uint32Of(f["cost"], path+".cost", 1, math.MaxUint32)
+	if err != nil {
+		return nil, err
+	}
+	alg, err := p.str(f["algorithm"], path+".algorithm")
+	if err != nil {
+		return nil, err
+	}
+	tz, err := p.str(f["timezone"], path+".timezone")
+	if err != nil {
+		return nil, err
+	}
+	if l.Unlimited {
+		for _, k := range []string{"unit", "requests_per_unit", "algorithm", "burst", "cost", "timezone"} {
+			if f[k] != nil && !(k == "requests_per_unit" && rpu == 0) {
+				if k == "unit" {
+					return nil, p.errf(f[k], path, "should not specify rate limit unit when unlimited")
+				}
+				return nil, p.errf(f[k], path, "should not specify %s when unlimited", k)
+			}
+		}
+		return l, nil
+	}
+	l.Unit = ParseUnit(unitText)
+	if l.Unit == UnitUnknown {
+		return nil, p.errf(orNode(unitNode, n), path+".unit", "invalid rate limit unit '%s' (want second, minute, hour, day, week, month or year)", unitText)
+	}
+	l.RequestsPerUnit = rpu
+	l.Algorithm = "fw"
+	if alg != "" {
+		l.Algorithm = strings.ToLower(alg)
+		if !contains(algorithms, l.Algorithm) {
+			return nil, p.errf(f["algorithm"], path+".algorithm", "unknown algorithm %q (want fw, swc, swl, gcra or cal)", alg)
+		}
+	}
+	l.Cost = 1
+	if hasCost {
+		l.Cost = cost
+	}
+	l.Window = l.Unit.Duration()
+	if hasBurst && l.Algorithm != "gcra" {
+		return nil, p.errf(f["burst"], path+".burst", "burst is for algorithm gcra only")
+	}
+	if f["timezone"] != nil && l.Algorithm != "cal" {
+		return nil, p.errf(f["timezone"], path+".timezone", "timezone is for algorithm cal only")
+	}
+	if !hasRPU {
+		// envoyproxy/ratelimit reads a missing requests_per_unit as 0,
+		// which refuses everything: too easy to do by mistake.
+		return nil, p.errf(n, path, "requests_per_unit is required (0 refuses every request; or set unlimited: true)")
+	}
+	if rpu == 0 {
+		// envoyproxy/ratelimit's block list entry (its README's example
+		// 3): every hit is over the limit. A window of 1 whose every
+		// charge costs more than it refuses each one; a check-only
+		// request (hits 0) passes, as it does there.
+		if l.Algorithm != "fw" {
+			return nil, p.errf(orNode(f["requests_per_unit"], n), path+".requests_per_unit",
+				"requests_per_unit 0 (refuse every request) is for algorithm fw only")
+		}
+		if hasCost {
+			return nil, p.errf(f["cost"], path+".cost", "cost with requests_per_unit 0 (every request is refused anyway)")
+		}
+		l.Cost = math.MaxUint32
+		l.Limit = limit.FW{Limit: 1, Window: l.Window}
+		return l, nil
+	}
+	switch l.Algorithm {
+	case "fw":
+		l.Limit = limit.FW{Limit: rpu, Window: l.Window}
+	case "swc":
+		l.Limit = limit.SWC{Limit: rpu, Window: l.Window}
+	case "swl":
+		if rpu > limit.MaxSWLLimit {
+			return nil, p.errf(f["requests_per_unit"], path+".requests_per_unit",
+				"%d is above swl's largest limit %d (use swc, its constant-size estimate)", rpu, limit.MaxSWLLimit)
+		}
+		l.Limit = limit.SWL{Limit: rpu, Window: l.Window}
+	case "gcra":
+		l.Burst = rpu
+		if hasBurst {
+			l.Burst = burst
+		}
+		l.Limit = limit.GCRA{MaxBurst: l.Burst - 1, Count: rpu, Period: l.Window}
+	case "cal":
+		cu := map[Unit]limit.Unit{Day: limit.Day, Week: limit.Week, Month: limit.Month, Year: limit.Year}[l.Unit]
+		if cu == 0 {
+			return nil, p.errf(unitNode, path+".unit", "algorithm cal counts calendar periods: want day, week, month or year, got %q", unitText)
+		}
+		z := limit.Zone{}
+		l.Timezone = "UTC"
+		if tz != "" {
+			if z, err = limit.LoadZone(tz); err != nil {
+				return nil, p.errf(f["timezone"], path+".timezone", "unknown time zone %q (want an IANA name such as Europe/Paris)", tz)
+			}
+			l.Timezone = tz
+		}
+		l.Limit = limit.CAL{Limit: rpu, Unit: cu, Zone: z}
+	}
+	if err := l.Limit.Validate(); err != nil {
+		return nil, p.errf(n, path, "%s", strings.TrimPrefix(err.Error(), "ERR "))
+	}
+	if max := quotaOf(l); l.Cost > max {
+		return nil, p.errf(f["cost"], path+".cost", "cost %d is above the limit's %d: every request would be refused", l.Cost, max)
+	}
+	return l, nil
+}
+
+// quotaOf is the most one request may cost under l.
+func quotaOf(l *RateLimit) uint32 {
+	if l.Algorithm == "gcra" {
+		return l.Burst
+	}
+	return l.RequestsPerUnit
+}
+
+func orNode(a, b *yaml.Node) *yaml.Node {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// sanitize maps a descriptor part to a name in [a-z0-9_-]: ASCII letters
+// lowered, other characters '_'.
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '_', c == '-':
+		case 'A' <= c && c <= 'Z':
+			b[i] = c + 'a' - 'A'
+		default:
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// uniqueName is the generated name for a path: sanitized, at most
+// MaxNameBytes (a long path keeps a hash of itself), and unlike every
+// other name of the domain (a "-2", "-3" suffix in file order).
+func (p *parser) uniqueName(path string) string {
+	if len(path) > MaxNameBytes-12 {
+		h := sha256.Sum256([]byte(path))
+		path = path[:MaxNameBytes-12-9] + "-" + hex.EncodeToString(h[:4])
+	}
+	name := path
+	for i := 2; p.names[name]; i++ {
+		name = path + "-" + strconv.Itoa(i)
+	}
+	p.names[name] = true
+	return name
+}

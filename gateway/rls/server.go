@@ -1,0 +1,196 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/netutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellserver/cellserver/gateway"
+	"github.com/cellserver/cellserver/gateway/header"
+)
+
+// Defaults of Config's bounds.
+const (
+	DefaultMaxConns             = 10000
+	DefaultMaxRecvBytes         = 1 << 20
+	DefaultMaxConcurrentStreams = 1024
+	DefaultMaxHeaderListBytes   = 64 << 10
+	DefaultConnectionTimeout    = 10 * time.Second
+)
+
+// Config configures a Server. The zero value of each bound is its default.
+type Config struct {
+	Engine  *gateway.Engine   // required
+	Headers header.Convention // the header sets written into response_headers_to_add
+	Logger  *slog.Logger      // nil: no logging
+
+	// MaxConns bounds simultaneous connections: past it, new connections
+	// wait in the listen backlog until one closes (Envoy keeps a few
+	// long-lived HTTP/2 connections per worker, so this is a guard against
+	// a flood, not a working limit). Default DefaultMaxConns.
+	MaxConns int
+	// MaxRecvBytes bounds one request message (a request is a domain and
+	// at most 16 short descriptors: a few KiB). Default 1 MiB.
+	MaxRecvBytes int
+	// MaxConcurrentStreams bounds the calls in flight on one connection:
+	// Envoy multiplexes every rate-limit call of a worker on one, so it
+	// must be far above one. Default 1024.
+	MaxConcurrentStreams uint32
+	// MaxHeaderListBytes bounds a call's metadata. Default 64 KiB.
+	MaxHeaderListBytes uint32
+	// ConnectionTimeout bounds a new connection's HTTP/2 handshake.
+	// Default 10 s.
+	ConnectionTimeout time.Duration
+}
+
+// withDefaults fills the zero bounds and validates c.
+func (c Config) withDefaults() (Config, error) {
+	if c.Engine == nil {
+		return c, errors.New("rls: no engine (a policy file is needed)")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxRecvBytes == 0 {
+		c.MaxRecvBytes = DefaultMaxRecvBytes
+	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if c.MaxHeaderListBytes == 0 {
+		c.MaxHeaderListBytes = DefaultMaxHeaderListBytes
+	}
+	if c.ConnectionTimeout == 0 {
+		c.ConnectionTimeout = DefaultConnectionTimeout
+	}
+	switch {
+	case c.MaxConns < 0:
+		return c, fmt.Errorf("rls: MaxConns must be positive, got %d", c.MaxConns)
+	case c.MaxRecvBytes < 0:
+		return c, fmt.Errorf("rls: MaxRecvBytes must be positive, got %d", c.MaxRecvBytes)
+	case c.ConnectionTimeout < 0:
+		return c, fmt.Errorf("rls: ConnectionTimeout must be positive, got %s", c.ConnectionTimeout)
+	}
+	return c, nil
+}
+
+// Server serves the RLS and gRPC health (grpc.health.v1) on one listener.
+type Server struct {
+	cfg    Config
+	grpc   *grpc.Server
+	health *health.Server
+}
+
+// New returns a Server; Serve starts it.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, grpc: grpc.NewServer(serverOptions(cfg)...), health: health.NewServer()}
+	rlspb.RegisterRateLimitServiceServer(s.grpc, NewService(cfg.Engine, cfg.Headers, cfg.Logger))
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	// "" is the server as a whole (what a probe asks by default).
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// serverOptions are the bounds of cfg and the panic guards.
+func serverOptions(cfg Config) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(cfg.MaxHeaderListBytes),
+		grpc.ConnectionTimeout(cfg.ConnectionTimeout),
+		// Envoy's HTTP/2 keepalive pings (connection_keepalive on the
+		// cluster) are commonly every 10-60 s even on an idle connection;
+		// grpc-go's default (5 min, none without a call) would answer them
+		// with GOAWAY too_many_pings and drop the connection.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Ping idle connections so that a vanished peer's is closed and
+		// frees its place under MaxConns.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.ChainUnaryInterceptor(recoverUnary(cfg.Logger)),
+		grpc.ChainStreamInterceptor(recoverStream(cfg.Logger)),
+	}
+}
+
+// Serve accepts connections on ln, at most MaxConns at once, until
+// Shutdown; it returns nil then, else the listener's error.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.grpc.Serve(netutil.LimitListener(ln, s.cfg.MaxConns))
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown reports NOT_SERVING on the health service (so that health
+// watchers and probes turn away), stops accepting, lets the calls in
+// flight finish for up to timeout, then closes every connection.
+func (s *Server) Shutdown(timeout time.Duration) {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		// A health Watch stream never ends on its own: past the grace
+		// period the connections are closed under it.
+		s.grpc.Stop()
+		<-done
+	}
+}
+
+// errPanicked is what a caller sees of a handler's panic.
+var errPanicked = status.Error(codes.Internal, "rls: internal error")
+
+// recoverUnary turns a handler's panic into an Internal error (logged with
+// its stack), so that one bad call never takes the server down: grpc-go
+// runs handlers on their own goroutines and does not recover them.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("rls: a call panicked", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				resp, err = nil, errPanicked
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// recoverStream is recoverUnary for streaming calls (health Watch).
+func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("rls: a stream panicked", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				err = errPanicked
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
