@@ -16,9 +16,31 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
+
+// metricsPolicy is the policy of the Prometheus test's gateway calls: two
+// requests an hour per user, and a shadow-mode limit of one.
+const metricsPolicy = `
+domain: metrics
+descriptors:
+  - key: user
+    rate_limit:
+      name: per-hour
+      unit: hour
+      requests_per_unit: 2
+  - key: canary
+    shadow_mode: true
+    rate_limit:
+      name: canary
+      unit: hour
+      requests_per_unit: 1
+`
 
 // prometheusBin is Debian's Prometheus (test.sh installs it).
 const prometheusBin = "/usr/bin/prometheus"
@@ -157,13 +179,16 @@ func (p *promProc) waitQuery(t *testing.T, q, want string) {
 
 // TestPrometheusScrapesDecisions: a real Prometheus scraping the real
 // binary's /metrics (--metrics-addr) returns the allowed and limited
-// CL.THROTTLE and CL.LIMIT counts the test produced, the same the
-// server's INFO ratelimit shows, and its connection and command figures.
+// counts the test produced, over RESP (CL.THROTTLE, CL.LIMIT) and Envoy's
+// RLS gRPC, the same the server's INFO ratelimit and /metrics show.
 func TestPrometheusScrapesDecisions(t *testing.T) {
 	if _, err := os.Stat(prometheusBin); err != nil {
 		t.Skipf("SKIPPED: %s is not installed (apt-get install prometheus; test.sh installs it): the Prometheus scrape test did not run", prometheusBin)
 	}
-	srv, maddr := startMetricsServer(t)
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(pol, []byte(metricsPolicy), 0o644))
+	gaddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	srv, maddr := startMetricsServer(t, "--policy-file", pol, "--grpc-addr", gaddr)
 	rdb := srv.Client(t)
 	ctx := context.Background()
 
@@ -176,11 +201,41 @@ func TestPrometheusScrapesDecisions(t *testing.T) {
 	for i := 0; i < limits; i++ {
 		require.NoError(t, rdb.Do(ctx, "CL.LIMIT", "metrics:l", "FW", 3, 3600).Err())
 	}
+	// Envoy's side: per-hour admits 2 of 5; the shadow limit (1 an hour)
+	// is charged by the first passing request and would refuse the second.
+	conn, err := grpc.NewClient(gaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	rls := rlspb.NewRateLimitServiceClient(conn)
+	user := &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ann"}}}
+	canary := &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "canary", Value: "x"}}}
+	var over int
+	for i := 0; i < 5; i++ {
+		ds := []*rlv3.RateLimitDescriptor{user}
+		if i < 2 {
+			ds = append(ds, canary)
+		}
+		res, err := rls.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "metrics", Descriptors: ds})
+		require.NoError(t, err)
+		if res.GetOverallCode() == rlspb.RateLimitResponse_OVER_LIMIT {
+			over++
+		}
+	}
+	require.Equal(t, 3, over, "per-hour admits 2 of 5")
+	// A domain the policy does not have: counted, but not as a label.
+	_, err = rls.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "made-up", Descriptors: []*rlv3.RateLimitDescriptor{user}})
+	require.NoError(t, err)
+
 	want := map[string]string{
-		`{frontend="resp",limit="cl.throttle",outcome="allowed"}`: "5",
-		`{frontend="resp",limit="cl.throttle",outcome="limited"}`: "3",
-		`{frontend="resp",limit="cl.limit",outcome="allowed"}`:    "3",
-		`{frontend="resp",limit="cl.limit",outcome="limited"}`:    "2",
+		`{domain="",frontend="resp",limit="cl.throttle",outcome="allowed"}`:          "5",
+		`{domain="",frontend="resp",limit="cl.throttle",outcome="limited"}`:          "3",
+		`{domain="",frontend="resp",limit="cl.limit",outcome="allowed"}`:             "3",
+		`{domain="",frontend="resp",limit="cl.limit",outcome="limited"}`:             "2",
+		`{domain="metrics",frontend="grpc",limit="per-hour",outcome="allowed"}`:      "2",
+		`{domain="metrics",frontend="grpc",limit="per-hour",outcome="limited"}`:      "3",
+		`{domain="metrics",frontend="grpc",limit="canary",outcome="allowed"}`:        "1",
+		`{domain="metrics",frontend="grpc",limit="canary",outcome="shadow_limited"}`: "1",
+		`{domain="",frontend="grpc",limit="",outcome="allowed"}`:                     "1",
 	}
 
 	// /metrics itself, and INFO ratelimit: the same counters.
@@ -190,12 +245,12 @@ func TestPrometheusScrapesDecisions(t *testing.T) {
 	res.Body.Close()
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.NotContains(t, string(page), `domain="made-up"`, "a client-named domain must not become a label")
 	info, err := rdb.Info(ctx, "ratelimit").Result()
 	require.NoError(t, err)
 	for sel, v := range want {
-		labels := `{domain="",` + strings.TrimPrefix(sel, "{")
-		assert.Contains(t, string(page), "cellserver_ratelimit_decisions_total"+labels+" "+v+"\n")
-		assert.Contains(t, info, "cellserver_ratelimit_decisions_total"+labels+":"+v+"\r\n")
+		assert.True(t, strings.Contains(string(page), "\ncellserver_ratelimit_decisions_total"+sel+" "+v+"\n"), "/metrics lacks %s %s", sel, v)
+		assert.Contains(t, info, "cellserver_ratelimit_decisions_total"+sel+":"+v+"\r\n")
 	}
 
 	prom := startPrometheus(t, maddr)
@@ -204,8 +259,8 @@ func TestPrometheusScrapesDecisions(t *testing.T) {
 		prom.waitQuery(t, "cellserver_ratelimit_decisions_total"+sel, v)
 	}
 	prom.waitQuery(t, `cellserver_decision_duration_seconds_count{frontend="resp"}`, strconv.Itoa(throttles+limits))
+	prom.waitQuery(t, `cellserver_decision_duration_seconds_count{frontend="grpc"}`, "6")
 	prom.waitQuery(t, `count(cellserver_connections > 0)`, "1")
-	prom.waitQuery(t, `sum(cellserver_keys)`, "2")
 	prom.waitQuery(t, `cellserver_persistence_enabled`, "1")
 
 	// More traffic: the next scrapes follow.
