@@ -101,34 +101,34 @@ func (s *Server) initMetrics() error {
 	return nil
 }
 
-func desc(name, help string, labels ...string) *prometheus.Desc {
+func metricDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
 }
 
 var (
-	descConnections  = desc("cellserver_connections", "Client connections open now (INFO connected_clients).")
-	descAccepted     = desc("cellserver_connections_accepted_total", "Client connections accepted (INFO total_connections_received).")
-	descRejected     = desc("cellserver_connections_rejected_total", "Client connections refused for maxclients (INFO rejected_connections).")
-	descDisconnected = desc("cellserver_client_disconnections_total", "Clients closed for a limit: query_buffer, output_buffer, idle_timeout (INFO client_*_disconnections).", "reason")
-	descCommands     = desc("cellserver_commands_processed_total", "Commands processed (INFO total_commands_processed).")
-	descErrors       = desc("cellserver_error_replies_total", "Error replies by error code, the reply's first word (INFO errorstats).", "code")
-	descNetIn        = desc("cellserver_net_input_bytes_total", "Bytes read from clients (INFO total_net_input_bytes).")
-	descNetOut       = desc("cellserver_net_output_bytes_total", "Bytes written to clients (INFO total_net_output_bytes).")
-	descHits         = desc("cellserver_keyspace_hits_total", "Key lookups that found the key (INFO keyspace_hits).")
-	descMisses       = desc("cellserver_keyspace_misses_total", "Key lookups that did not (INFO keyspace_misses).")
-	descKeys         = desc("cellserver_keys", "Keys held, per shard (INFO keyspace db0 keys is their sum).", "shard")
-	descExpiring     = desc("cellserver_keys_expiring", "Keys with a TTL, per shard (INFO keyspace db0 expires is their sum).", "shard")
-	descExpired      = desc("cellserver_expired_keys_total", "Keys removed because they expired, per shard (INFO expired_keys is their sum).", "shard")
+	descConnections  = metricDesc("cellserver_connections", "Client connections open now (INFO connected_clients).")
+	descAccepted     = metricDesc("cellserver_connections_accepted_total", "Client connections accepted (INFO total_connections_received).")
+	descRejected     = metricDesc("cellserver_connections_rejected_total", "Client connections refused for maxclients (INFO rejected_connections).")
+	descDisconnected = metricDesc("cellserver_client_disconnections_total", "Clients closed for a limit: query_buffer, output_buffer, idle_timeout (INFO client_*_disconnections).", "reason")
+	descCommands     = metricDesc("cellserver_commands_processed_total", "Commands processed (INFO total_commands_processed).")
+	descErrors       = metricDesc("cellserver_error_replies_total", "Error replies by error code, the reply's first word (INFO errorstats).", "code")
+	descNetIn        = metricDesc("cellserver_net_input_bytes_total", "Bytes read from clients (INFO total_net_input_bytes).")
+	descNetOut       = metricDesc("cellserver_net_output_bytes_total", "Bytes written to clients (INFO total_net_output_bytes).")
+	descHits         = metricDesc("cellserver_keyspace_hits_total", "Key lookups that found the key (INFO keyspace_hits).")
+	descMisses       = metricDesc("cellserver_keyspace_misses_total", "Key lookups that did not (INFO keyspace_misses).")
+	descKeys         = metricDesc("cellserver_keys", "Keys held, per shard (INFO keyspace db0 keys is their sum).", "shard")
+	descExpiring     = metricDesc("cellserver_keys_expiring", "Keys with a TTL, per shard (INFO keyspace db0 expires is their sum).", "shard")
+	descExpired      = metricDesc("cellserver_expired_keys_total", "Keys removed because they expired, per shard (INFO expired_keys is their sum).", "shard")
 
-	descPersistEnabled = desc("cellserver_persistence_enabled", "1 when the state is persisted (INFO persistence), 0 in memory only; the other cellserver_persistence_ families exist only when 1.")
-	descPending        = desc("cellserver_persistence_changes_pending", "Changes waiting to be committed to disk (INFO changes_pending): the persistence lag.")
-	descLastFsync      = desc("cellserver_persistence_last_fsync_timestamp_seconds", "When the last fsync finished, Unix time (INFO last_fsync_time).")
-	descFsyncAge       = desc("cellserver_persistence_seconds_since_fsync", "Seconds since the last fsync finished (from INFO last_fsync_time).")
-	descWriteErrors    = desc("cellserver_persistence_write_errors_total", "Failed persistence writes (INFO write_errors).")
-	descLastWriteOK    = desc("cellserver_persistence_last_write_ok", "1 when the last persistence write succeeded, 0 while writes fail (INFO last_write_status).")
-	descCommits        = desc("cellserver_persistence_commits_total", "Commits written (INFO commits).")
-	descChanges        = desc("cellserver_persistence_changes_written_total", "Changes written (INFO changes_written).")
-	descDiskBytes      = desc("cellserver_persistence_disk_bytes", "Bytes the data dir holds (INFO disk_bytes).")
+	descPersistEnabled = metricDesc("cellserver_persistence_enabled", "1 when the state is persisted (INFO persistence), 0 in memory only; the other cellserver_persistence_ families exist only when 1.")
+	descPending        = metricDesc("cellserver_persistence_changes_pending", "Changes waiting to be committed to disk (INFO changes_pending): the persistence lag.")
+	descLastFsync      = metricDesc("cellserver_persistence_last_fsync_timestamp_seconds", "When the last fsync finished, Unix time (INFO last_fsync_time).")
+	descFsyncAge       = metricDesc("cellserver_persistence_seconds_since_fsync", "Seconds since the last fsync finished (from INFO last_fsync_time).")
+	descWriteErrors    = metricDesc("cellserver_persistence_write_errors_total", "Failed persistence writes (INFO write_errors).")
+	descLastWriteOK    = metricDesc("cellserver_persistence_last_write_ok", "1 when the last persistence write succeeded, 0 while writes fail (INFO last_write_status).")
+	descCommits        = metricDesc("cellserver_persistence_commits_total", "Commits written (INFO commits).")
+	descChanges        = metricDesc("cellserver_persistence_changes_written_total", "Changes written (INFO changes_written).")
+	descDiskBytes      = metricDesc("cellserver_persistence_disk_bytes", "Bytes the data dir holds (INFO disk_bytes).")
 )
 
 // serverCollector exports the Server's INFO counters.
