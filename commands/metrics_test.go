@@ -75,6 +75,9 @@ func TestRESPDecisionsCounted(t *testing.T) {
 		h.cmd("CL.THROTTLE", "t", "2", "1", "60")
 	}
 	h.cmd("CL.PEEK", "t", "2", "1", "60")
+	h.cmd("MULTI")
+	h.cmd("CL.THROTTLE", "m", "2", "1", "60")
+	require.Equal(t, "*1\r\n*5\r\n:0\r\n:3\r\n:2\r\n:-1\r\n:60\r\n", h.cmd("EXEC"), "a transaction's decision counts too")
 	h.cmd("CL.THROTTLE", "t", "bad", "1", "60")
 	h.do([]string{"CL.LIMIT", "l", "FW", "2", "60"}, []string{"CL.LIMIT", "l", "FW", "2", "60"},
 		[]string{"CL.LIMIT", "l", "FW", "2", "60"}, []string{"CL.LIMIT", "l", "FW", "2", "60", "PEEK"})
@@ -82,7 +85,7 @@ func TestRESPDecisionsCounted(t *testing.T) {
 	for _, c := range []struct {
 		limit, outcome, want string
 	}{
-		{"cl.throttle", metrics.Allowed, "3"},
+		{"cl.throttle", metrics.Allowed, "4"},
 		{"cl.throttle", metrics.Limited, "2"},
 		{"cl.limit", metrics.Allowed, "2"},
 		{"cl.limit", metrics.Limited, "2"},
@@ -94,8 +97,8 @@ func TestRESPDecisionsCounted(t *testing.T) {
 	// The latency histogram is LATENCY HISTOGRAM's: every CL.THROTTLE and
 	// CL.LIMIT that ran (the failed parse did not reach the store).
 	hist := h.gathered("cellserver_decision_duration_seconds", map[string]string{"frontend": "resp"}).GetHistogram()
-	assert.Equal(t, uint64(9), hist.GetSampleCount())
-	assert.Equal(t, "9", h.info("ratelimit", `cellserver_decision_duration_seconds_count{frontend="resp"}`))
+	assert.Equal(t, uint64(10), hist.GetSampleCount())
+	assert.Equal(t, "10", h.info("ratelimit", `cellserver_decision_duration_seconds_count{frontend="resp"}`))
 }
 
 // TestInfoAndMetricsAgree: after traffic, each INFO field and the metric
