@@ -139,7 +139,7 @@ func (d *Decision) Values() header.Values {
 
 // quota is RateLimit-Policy's q of l: its limit (GCRA: its burst).
 func quota(l *policy.RateLimit) int64 {
-	if l.Limit == nil {
+	if l.Limit == nil || l.Blocks() { // a block list entry allows none
 		return int64(l.RequestsPerUnit)
 	}
 	return limitOf(l.Limit)
@@ -166,7 +166,7 @@ func limitOf(l limit.Limit) int64 {
 // end (SWC and SWL bit by bit before that: the end bounds it); GCRA one
 // emission interval after the last that is still owed.
 func untilMore(s Status) time.Duration {
-	lim := limitOf(s.Limit.Limit)
+	lim := quota(s.Limit)
 	used := lim - int64(s.Remaining)
 	if used <= 0 {
 		return 0
@@ -316,6 +316,9 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 // fill sets a status from its limit's R5 (in ms).
 func fill(st *Status, r limit.R5) {
 	st.Remaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+	if st.Limit.Blocks() {
+		st.Remaining = 0 // its stand-in limit of 1 is never usable
+	}
 	st.ResetAfter = time.Duration(max(r.ResetAfter, 0)) * time.Millisecond
 	if r.Limited {
 		st.Code = OverLimit

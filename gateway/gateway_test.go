@@ -1,8 +1,13 @@
 package gateway
 
 import (
+	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,6 +107,7 @@ func TestMinuteRejectionNeverChargesTheDay(t *testing.T) {
 		require.Equal(t, OverLimit, d.Overall)
 		assert.Equal(t, OverLimit, d.Statuses[0].Code)
 		assert.Equal(t, OK, d.Statuses[1].Code)
+		assert.Equal(t, uint32(3), d.Statuses[1].Remaining, "the day as it is, not as if charged")
 		assert.Equal(t, 0, d.Deciding)
 		assert.Equal(t, []string{"per_minute"}, d.Violated())
 		assert.Equal(t, time.Minute, d.Statuses[0].RetryAfter)
@@ -115,6 +121,32 @@ func TestMinuteRejectionNeverChargesTheDay(t *testing.T) {
 	require.Equal(t, OK, d.Overall)
 	assert.Equal(t, uint32(2), d.Statuses[1].Remaining)
 	assert.Equal(t, uint32(2), remaining(t, e, "user_day=u1"))
+}
+
+// Concurrent requests: exactly the minute's quota passes, and the day is
+// charged exactly that many times.
+func TestConcurrentAllOrNothing(t *testing.T) {
+	e, _ := newEngine(t)
+	var passed atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				d, err := e.Check("test", &Request{Domain: "api", Descriptors: []policy.Descriptor{desc("user=c"), desc("user_day=c")}})
+				if !assert.NoError(t, err) {
+					return
+				}
+				if d.Overall == OK {
+					passed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(2), passed.Load())
+	assert.Equal(t, uint32(3), remaining(t, e, "user_day=c"))
 }
 
 // All or nothing the other way: a day that refuses leaves the minute alone.
@@ -285,9 +317,62 @@ func TestBlocked(t *testing.T) {
 		assert.Equal(t, []string{"api-banned"}, d.Violated())
 		assert.Equal(t, time.Second, d.Statuses[0].RetryAfter, "never fits: a window's length")
 		assert.Equal(t, 0, d.Deciding)
+		assert.Zero(t, d.Statuses[0].Remaining, "a block list entry has nothing left, ever")
+		v := d.Values()
+		assert.Zero(t, v.Remaining)
+		assert.Zero(t, v.Policies[0].Quota, "q=0: the quota is none")
 	}
 	assert.Equal(t, uint32(2), remaining(t, e, "user=b"), "the request's other limit was not charged")
 	remaining(t, e, "banned=1.2.3.4")
+}
+
+// A reload that changes a rule's algorithm starts a new bucket: no
+// WRONGTYPE from the old algorithm's state. One that changes only the
+// limit keeps the bucket and its count.
+func TestReloadChangesAlgorithm(t *testing.T) {
+	clk := &store.Clock{}
+	clk.Set(t0)
+	st, err := store.New(store.Config{Shards: 4, Clock: clk})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	write := func(rl string) {
+		require.NoError(t, os.WriteFile(path+".tmp", []byte("domain: api\ndescriptors:\n- key: user\n  rate_limit: {"+rl+"}\n"), 0o644))
+		require.NoError(t, os.Rename(path+".tmp", path))
+	}
+	write("unit: minute, requests_per_unit: 3")
+	reloads := make(chan error, 4)
+	src, err := policy.Open(path, policy.SourceOptions{
+		Poll: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		OnReload: func(err error) { reloads <- err },
+	})
+	require.NoError(t, err)
+	t.Cleanup(src.Close)
+	e := New(Config{Service: service.New(service.Config{Store: st}), Policies: src})
+	reload := func(rl string) {
+		t.Helper()
+		write(rl)
+		select {
+		case err := <-reloads:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reload")
+		}
+	}
+
+	d := check(t, e, "user=r")
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, uint32(2), d.Statuses[0].Remaining)
+
+	reload("unit: minute, requests_per_unit: 5")
+	d = check(t, e, "user=r")
+	assert.Equal(t, uint32(3), d.Statuses[0].Remaining, "the same bucket, a new limit")
+
+	reload("unit: minute, requests_per_unit: 5, algorithm: gcra")
+	d = check(t, e, "user=r")
+	require.Equal(t, OK, d.Overall)
+	assert.Equal(t, "gcra", d.Statuses[0].Limit.Algorithm)
+	assert.Equal(t, uint32(4), d.Statuses[0].Remaining, "a fresh GCRA bucket")
 }
 
 func TestRequestErrors(t *testing.T) {

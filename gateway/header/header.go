@@ -36,7 +36,7 @@ var Default = Convention{IETF: true, X: true}
 // list of "ietf", "x" (epoch reset) and "x-delta" (delta reset), or "none".
 func ParseConvention(s string) (Convention, error) {
 	var c Convention
-	if s == "none" {
+	if strings.TrimSpace(s) == "none" {
 		return c, nil
 	}
 	for _, p := range strings.Split(s, ",") {

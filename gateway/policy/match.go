@@ -44,26 +44,49 @@ func (c *Config) Match(domain string, d Descriptor) Match {
 	}
 	if o := d.Override; o != nil && o.Unit.Duration() > 0 {
 		l := overrideLimit(o)
-		return Match{Limit: l, Key: storeKey(dom.prefix, l.Algorithm, d.Entries)}
+		return Match{Limit: l, Key: storeKey(dom.prefix, l.Algorithm, d.Entries, nil)}
 	}
-	l := dom.root.find(d.Entries)
+	if dom.share {
+		return dom.matchShared(d.Entries)
+	}
+	l := dom.root.find(d.Entries, nil)
 	if l == nil {
 		return Match{}
 	}
-	return Match{Limit: l, Key: storeKey(dom.prefix, l.Algorithm, d.Entries)}
+	return Match{Limit: l, Key: storeKey(dom.prefix, l.Algorithm, d.Entries, nil)}
+}
+
+// matchShared is Match in a domain with share_threshold wildcards (apart,
+// so that the others need not clear the array).
+func (dom *domain) matchShared(entries []Entry) Match {
+	var shared [MaxDepth]string
+	l := dom.root.find(entries, &shared)
+	if l == nil {
+		return Match{}
+	}
+	return Match{Limit: l, Key: storeKey(dom.prefix, l.Algorithm, entries, &shared)}
 }
 
 // find walks the tree: at each level the entry's key and value, then the
 // first wildcard (in file order) whose prefix the value has, then the key
 // alone. The limit is that of the node reached by the last entry: a
 // request deeper than the tree, or one stopping above a limit, has none.
-func (n *node) find(entries []Entry) *RateLimit {
+// shared[i] is set to the wildcard of entry i when it matched one with
+// share_threshold (the tree is at most MaxDepth deep, so a request that
+// reaches a limit has no more entries than that).
+func (n *node) find(entries []Entry, shared *[MaxDepth]string) *RateLimit {
 	for i, e := range entries {
+		if i >= MaxDepth {
+			return nil
+		}
 		next := n.exact[e]
 		if next == nil {
 			for j := range n.wild {
 				if w := &n.wild[j]; w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
 					next = w.n
+					if next.share && shared != nil {
+						shared[i] = w.value
+					}
 					break
 				}
 			}
@@ -149,35 +172,45 @@ func (c *Config) MatchAll(domain string, ds []Descriptor, out []Match) []Match {
 
 // storeKey is "rl:<domain>:<algorithm>:<key>=<value>:...", each part
 // escaped (see escape) so that the parts can be told apart: entries
-// ("a","b:c") and ("a:b","c") never share a key. It is one allocation.
-func storeKey(prefix, alg string, entries []Entry) string {
+// ("a","b:c") and ("a:b","c") never share a key. A non-empty shared[i]
+// stands for entry i's value. It is one allocation.
+func storeKey(prefix, alg string, entries []Entry, shared *[MaxDepth]string) string {
 	n := len(prefix) + len(alg)
-	for _, e := range entries {
-		n += 2 + escapedLen(e.Key) + escapedLen(e.Value)
+	for i, e := range entries {
+		n += 2 + escapedLen(e.Key) + escapedLen(valueOf(e, i, shared))
 	}
 	if n <= MaxKeyBytes {
 		var b strings.Builder
 		b.Grow(n)
-		writeKey(&b, prefix, alg, entries)
+		writeKey(&b, prefix, alg, entries, shared)
 		return b.String()
 	}
 	var full strings.Builder
 	full.Grow(n)
-	writeKey(&full, prefix, alg, entries)
+	writeKey(&full, prefix, alg, entries, shared)
 	s := full.String()
 	h := sha256.Sum256([]byte(s))
 	return s[:MaxKeyBytes-hashedTail] + "#" + hex.EncodeToString(h[:])
 }
 
-func writeKey(b *strings.Builder, prefix, alg string, entries []Entry) {
+func writeKey(b *strings.Builder, prefix, alg string, entries []Entry, shared *[MaxDepth]string) {
 	b.WriteString(prefix)
 	b.WriteString(alg)
-	for _, e := range entries {
+	for i, e := range entries {
 		b.WriteByte(':')
 		writeEscaped(b, e.Key)
 		b.WriteByte('=')
-		writeEscaped(b, e.Value)
+		writeEscaped(b, valueOf(e, i, shared))
 	}
+}
+
+// valueOf is the value entry i puts in a key: its own, or the wildcard
+// its bucket is shared under.
+func valueOf(e Entry, i int, shared *[MaxDepth]string) string {
+	if shared != nil && i < len(shared) && shared[i] != "" {
+		return shared[i]
+	}
+	return e.Value
 }
 
 // escape percent-encodes the bytes that structure a key: ':' and '=' (the

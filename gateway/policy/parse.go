@@ -30,11 +30,15 @@ const (
 	MaxDomainBytes = 128
 	// MaxNameBytes is the longest rate_limit name (a header value).
 	MaxNameBytes = 128
-	// MaxDescriptors is the most configured descriptors (rules) a file
-	// holds, counted as loaded: YAML aliases could otherwise make a small
-	// file a tree of billions.
-	MaxDescriptors = 100_000
+	// MaxRules is the most configured descriptors (rules) a file holds,
+	// counted as loaded: YAML aliases could otherwise make a small file a
+	// tree of billions. (gateway.MaxDescriptors is another bound: the
+	// descriptors of one request.)
+	MaxRules = 100_000
 )
+
+// maxRules is MaxRules; tests lower it so as not to build 100000 rules.
+var maxRules = MaxRules
 
 // Parse parses a policy file's contents (one or more YAML documents). The
 // error names the document, the YAML path and the problem in one line.
@@ -43,7 +47,7 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("policy: the file is %d bytes, more than %d", len(data), MaxFileBytes)
 	}
 	c := &Config{domains: map[string]*domain{}}
-	budget := MaxDescriptors
+	budget := maxRules
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for doc := 1; ; doc++ {
 		var root yaml.Node
@@ -271,9 +275,10 @@ func (p *parser) descriptors(d *domain, parent *node, n *yaml.Node, path, full s
 	for i, it := range items {
 		ipath := path + "[" + strconv.Itoa(i) + "]"
 		if *p.budget--; *p.budget < 0 {
-			return p.errf(it, ipath, "more than %d descriptors in the file", MaxDescriptors)
+			return p.errf(it, ipath, "more than %d descriptors in the file", maxRules)
 		}
-		f, err := p.fields(it, ipath, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric")
+		f, err := p.fields(it, ipath, "key", "value", "rate_limit", "descriptors",
+			"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold")
 		if err != nil {
 			return err
 		}
@@ -288,19 +293,23 @@ func (p *parser) descriptors(d *domain, parent *node, n *yaml.Node, path, full s
 		if err != nil {
 			return err
 		}
-		shadow, err := p.boolean(f["shadow_mode"], ipath+".shadow_mode")
-		if err != nil {
-			return err
+		var flags [4]bool // shadow_mode, detailed_metric, value_to_metric, share_threshold
+		for j, k := range []string{"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"} {
+			if flags[j], err = p.boolean(f[k], ipath+"."+k); err != nil {
+				return err
+			}
 		}
-		detailed, err := p.boolean(f["detailed_metric"], ipath+".detailed_metric")
-		if err != nil {
-			return err
+		shadow, detailed, share := flags[0], flags[1], flags[3]
+		if share && !strings.HasSuffix(value, "*") {
+			return p.errf(f["share_threshold"], ipath+".share_threshold",
+				"share_threshold can only be used with wildcard values (ending with '*'), but found value %q", value)
 		}
 		part := key
 		if value != "" {
 			part += "_" + value
 		}
-		child := &node{}
+		child := &node{share: share}
+		d.share = d.share || share
 		if !parent.add(key, value, child) {
 			return p.errf(it, ipath, "duplicate descriptor composite key '%s'", full+"."+part)
 		}
@@ -344,36 +353,97 @@ func (n *node) add(key, value string, child *node) bool {
 	}
 	n.exact[e] = child
 	if strings.HasSuffix(value, "*") {
-		n.wild = append(n.wild, wildNode{key: key, prefix: strings.TrimSuffix(value, "*"), n: child})
+		n.wild = append(n.wild, wildNode{key: key, value: value, prefix: strings.TrimSuffix(value, "*"), n: child})
 	}
 	return true
 }
 
 var algorithms = []string{"fw", "swc", "swl", "gcra", "cal"}
 
+// block is a rate_limit block as written, before it is checked.
+type block struct {
+	n    *yaml.Node            // the block
+	path string                // its YAML path
+	f    map[string]*yaml.Node // its fields by key
+
+	unit, alg, tz             string
+	rpu, burst, cost          uint32
+	hasRPU, hasBurst, hasCost bool
+}
+
+// at is the node of field k for an error, the block's when k is absent.
+func (b *block) at(k string) *yaml.Node { return orNode(b.f[k], b.n) }
+
 // rateLimit reads a rate_limit block and builds its CL.LIMIT limit.
 func (p *parser) rateLimit(n *yaml.Node, path string) (*RateLimit, error) {
+	l, b, err := p.readBlock(n, path)
+	if err != nil {
+		return nil, err
+	}
+	if l.Unlimited {
+		return l, p.checkUnlimited(b)
+	}
+	if err := p.window(l, b); err != nil {
+		return nil, err
+	}
+	if err := p.buildLimit(l, b); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// readBlock reads a block's fields; the RateLimit gets those that need no
+// other field to be checked (unlimited, name, replaces).
+func (p *parser) readBlock(n *yaml.Node, path string) (*RateLimit, *block, error) {
 	f, err := p.fields(n, path, "unit", "requests_per_unit", "unlimited", "name", "replaces",
 		"algorithm", "burst", "cost", "timezone")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	b := &block{n: n, path: path, f: f}
 	l := &RateLimit{}
 	if l.Unlimited, err = p.boolean(f["unlimited"], path+".unlimited"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if l.Name, err = p.str(f["name"], path+".name"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(l.Name) > MaxNameBytes {
-		return nil, p.errf(f["name"], path+".name", "longer than %d bytes", MaxNameBytes)
+		return nil, nil, p.errf(f["name"], path+".name", "longer than %d bytes", MaxNameBytes)
 	}
-	reps, err := p.list(f["replaces"], path+".replaces")
+	if l.Replaces, err = p.replaces(f["replaces"], path+".replaces", l.Name); err != nil {
+		return nil, nil, err
+	}
+	for _, s := range []struct {
+		k   string
+		dst *string
+	}{{"unit", &b.unit}, {"algorithm", &b.alg}, {"timezone", &b.tz}} {
+		if *s.dst, err = p.str(f[s.k], path+"."+s.k); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, u := range []struct {
+		k   string
+		lo  uint64
+		dst *uint32
+		has *bool
+	}{{"requests_per_unit", 0, &b.rpu, &b.hasRPU}, {"burst", 1, &b.burst, &b.hasBurst}, {"cost", 1, &b.cost, &b.hasCost}} {
+		if *u.dst, *u.has, err = p.uint32Of(f[u.k], path+"."+u.k, u.lo, math.MaxUint32); err != nil {
+			return nil, nil, err
+		}
+	}
+	return l, b, nil
+}
+
+// replaces reads a replaces list, refusing what envoyproxy/ratelimit does.
+func (p *parser) replaces(n *yaml.Node, path, own string) ([]string, error) {
+	items, err := p.list(n, path)
 	if err != nil {
 		return nil, err
 	}
-	for i, r := range reps {
-		rpath := path + ".replaces[" + strconv.Itoa(i) + "]"
+	var names []string
+	for i, r := range items {
+		rpath := path + "[" + strconv.Itoa(i) + "]"
 		rf, err := p.fields(r, rpath, "name")
 		if err != nil {
 			return nil, err
@@ -384,90 +454,77 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*RateLimit, error) {
 			return nil, err
 		case name == "":
 			return nil, p.errf(r, rpath, "should not have an empty replaces entry")
-		case name == l.Name:
+		case name == own:
 			return nil, p.errf(r, rpath, "replaces should not contain name of same descriptor")
 		}
-		l.Replaces = append(l.Replaces, name)
+		names = append(names, name)
 	}
-	unitNode := f["unit"]
-	unitText, err := p.str(unitNode, path+".unit")
-	if err != nil {
-		return nil, err
+	return names, nil
+}
+
+// checkUnlimited refuses an unlimited block with anything of a limit.
+func (p *parser) checkUnlimited(b *block) error {
+	if b.f["unit"] != nil {
+		return p.errf(b.f["unit"], b.path, "should not specify rate limit unit when unlimited")
 	}
-	rpu, hasRPU, err := p.uint32Of(f["requests_per_unit"], path+".requests_per_unit", 0, math.MaxUint32)
-	if err != nil {
-		return nil, err
-	}
-	burst, hasBurst, err := p.uint32Of(f["burst"], path+".burst", 1, math.MaxUint32)
-	if err != nil {
-		return nil, err
-	}
-	cost, hasCost, err := p.uint32Of(f["cost"], path+".cost", 1, math.MaxUint32)
-	if err != nil {
-		return nil, err
-	}
-	alg, err := p.str(f["algorithm"], path+".algorithm")
-	if err != nil {
-		return nil, err
-	}
-	tz, err := p.str(f["timezone"], path+".timezone")
-	if err != nil {
-		return nil, err
-	}
-	if l.Unlimited {
-		for _, k := range []string{"unit", "requests_per_unit", "algorithm", "burst", "cost", "timezone"} {
-			if f[k] != nil && !(k == "requests_per_unit" && rpu == 0) {
-				if k == "unit" {
-					return nil, p.errf(f[k], path, "should not specify rate limit unit when unlimited")
-				}
-				return nil, p.errf(f[k], path, "should not specify %s when unlimited", k)
-			}
+	for _, k := range []string{"requests_per_unit", "algorithm", "burst", "cost", "timezone"} {
+		if b.f[k] != nil && !(k == "requests_per_unit" && b.rpu == 0) {
+			return p.errf(b.f[k], b.path, "should not specify %s when unlimited", k)
 		}
-		return l, nil
 	}
-	l.Unit = ParseUnit(unitText)
-	if l.Unit == UnitUnknown {
-		return nil, p.errf(orNode(unitNode, n), path+".unit", "invalid rate limit unit '%s' (want second, minute, hour, day, week, month or year)", unitText)
+	return nil
+}
+
+// window sets the unit, window, algorithm and cost, and checks which
+// extensions go with which algorithm.
+func (p *parser) window(l *RateLimit, b *block) error {
+	if l.Unit = ParseUnit(b.unit); l.Unit == UnitUnknown {
+		return p.errf(b.at("unit"), b.path+".unit", "invalid rate limit unit '%s' (want second, minute, hour, day, week, month or year)", b.unit)
 	}
-	l.RequestsPerUnit = rpu
+	l.Window = l.Unit.Duration()
+	if !b.hasRPU {
+		// envoyproxy/ratelimit reads a missing requests_per_unit as 0,
+		// which refuses everything: too easy to do by mistake.
+		return p.errf(b.n, b.path, "requests_per_unit is required (0 refuses every request; or set unlimited: true)")
+	}
+	l.RequestsPerUnit = b.rpu
 	l.Algorithm = "fw"
-	if alg != "" {
-		l.Algorithm = strings.ToLower(alg)
-		if !contains(algorithms, l.Algorithm) {
-			return nil, p.errf(f["algorithm"], path+".algorithm", "unknown algorithm %q (want fw, swc, swl, gcra or cal)", alg)
+	if b.alg != "" {
+		if l.Algorithm = strings.ToLower(b.alg); !contains(algorithms, l.Algorithm) {
+			return p.errf(b.f["algorithm"], b.path+".algorithm", "unknown algorithm %q (want fw, swc, swl, gcra or cal)", b.alg)
 		}
 	}
 	l.Cost = 1
-	if hasCost {
-		l.Cost = cost
+	if b.hasCost {
+		l.Cost = b.cost
 	}
-	l.Window = l.Unit.Duration()
-	if hasBurst && l.Algorithm != "gcra" {
-		return nil, p.errf(f["burst"], path+".burst", "burst is for algorithm gcra only")
+	if b.hasBurst && l.Algorithm != "gcra" {
+		return p.errf(b.f["burst"], b.path+".burst", "burst is for algorithm gcra only")
 	}
-	if f["timezone"] != nil && l.Algorithm != "cal" {
-		return nil, p.errf(f["timezone"], path+".timezone", "timezone is for algorithm cal only")
+	if b.f["timezone"] != nil && l.Algorithm != "cal" {
+		return p.errf(b.f["timezone"], b.path+".timezone", "timezone is for algorithm cal only")
 	}
-	if !hasRPU {
-		// envoyproxy/ratelimit reads a missing requests_per_unit as 0,
-		// which refuses everything: too easy to do by mistake.
-		return nil, p.errf(n, path, "requests_per_unit is required (0 refuses every request; or set unlimited: true)")
-	}
+	return nil
+}
+
+// buildLimit builds l's CL.LIMIT limit and checks it as CL.LIMIT would.
+func (p *parser) buildLimit(l *RateLimit, b *block) error {
+	rpu := l.RequestsPerUnit
 	if rpu == 0 {
 		// envoyproxy/ratelimit's block list entry (its README's example
 		// 3): every hit is over the limit. A window of 1 whose every
 		// charge costs more than it refuses each one; a check-only
 		// request (hits 0) passes, as it does there.
 		if l.Algorithm != "fw" {
-			return nil, p.errf(orNode(f["requests_per_unit"], n), path+".requests_per_unit",
+			return p.errf(b.at("requests_per_unit"), b.path+".requests_per_unit",
 				"requests_per_unit 0 (refuse every request) is for algorithm fw only")
 		}
-		if hasCost {
-			return nil, p.errf(f["cost"], path+".cost", "cost with requests_per_unit 0 (every request is refused anyway)")
+		if b.hasCost {
+			return p.errf(b.f["cost"], b.path+".cost", "cost with requests_per_unit 0 (every request is refused anyway)")
 		}
 		l.Cost = math.MaxUint32
 		l.Limit = limit.FW{Limit: 1, Window: l.Window}
-		return l, nil
+		return nil
 	}
 	switch l.Algorithm {
 	case "fw":
@@ -476,38 +533,50 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*RateLimit, error) {
 		l.Limit = limit.SWC{Limit: rpu, Window: l.Window}
 	case "swl":
 		if rpu > limit.MaxSWLLimit {
-			return nil, p.errf(f["requests_per_unit"], path+".requests_per_unit",
+			return p.errf(b.f["requests_per_unit"], b.path+".requests_per_unit",
 				"%d is above swl's largest limit %d (use swc, its constant-size estimate)", rpu, limit.MaxSWLLimit)
 		}
 		l.Limit = limit.SWL{Limit: rpu, Window: l.Window}
 	case "gcra":
 		l.Burst = rpu
-		if hasBurst {
-			l.Burst = burst
+		if b.hasBurst {
+			l.Burst = b.burst
 		}
 		l.Limit = limit.GCRA{MaxBurst: l.Burst - 1, Count: rpu, Period: l.Window}
 	case "cal":
-		cu := map[Unit]limit.Unit{Day: limit.Day, Week: limit.Week, Month: limit.Month, Year: limit.Year}[l.Unit]
-		if cu == 0 {
-			return nil, p.errf(unitNode, path+".unit", "algorithm cal counts calendar periods: want day, week, month or year, got %q", unitText)
+		cal, err := p.calendar(l, b)
+		if err != nil {
+			return err
 		}
-		z := limit.Zone{}
-		l.Timezone = "UTC"
-		if tz != "" {
-			if z, err = limit.LoadZone(tz); err != nil {
-				return nil, p.errf(f["timezone"], path+".timezone", "unknown time zone %q (want an IANA name such as Europe/Paris)", tz)
-			}
-			l.Timezone = tz
-		}
-		l.Limit = limit.CAL{Limit: rpu, Unit: cu, Zone: z}
+		l.Limit = cal
 	}
 	if err := l.Limit.Validate(); err != nil {
-		return nil, p.errf(n, path, "%s", strings.TrimPrefix(err.Error(), "ERR "))
+		return p.errf(b.n, b.path, "%s", strings.TrimPrefix(err.Error(), "ERR "))
 	}
-	if max := quotaOf(l); l.Cost > max {
-		return nil, p.errf(f["cost"], path+".cost", "cost %d is above the limit's %d: every request would be refused", l.Cost, max)
+	if most := quotaOf(l); l.Cost > most {
+		return p.errf(b.f["cost"], b.path+".cost", "cost %d is above the limit's %d: every request would be refused", l.Cost, most)
 	}
-	return l, nil
+	return nil
+}
+
+var calUnits = map[Unit]limit.Unit{Day: limit.Day, Week: limit.Week, Month: limit.Month, Year: limit.Year}
+
+// calendar is a cal limit: a calendar unit in a zone.
+func (p *parser) calendar(l *RateLimit, b *block) (limit.CAL, error) {
+	cu := calUnits[l.Unit]
+	if cu == 0 {
+		return limit.CAL{}, p.errf(b.f["unit"], b.path+".unit", "algorithm cal counts calendar periods: want day, week, month or year, got %q", b.unit)
+	}
+	var z limit.Zone
+	l.Timezone = "UTC"
+	if b.tz != "" {
+		var err error
+		if z, err = limit.LoadZone(b.tz); err != nil {
+			return limit.CAL{}, p.errf(b.f["timezone"], b.path+".timezone", "unknown time zone %q (want an IANA name such as Europe/Paris)", b.tz)
+		}
+		l.Timezone = b.tz
+	}
+	return limit.CAL{Limit: l.RequestsPerUnit, Unit: cu, Zone: z}, nil
 }
 
 // quotaOf is the most one request may cost under l.

@@ -118,9 +118,12 @@ type Override struct {
 
 // RateLimit is one configured limit (a descriptor's rate_limit).
 type RateLimit struct {
-	// Name is rate_limit.name, or, when the file names none, the
-	// descriptor path "domain.key_value.key" (stable across reloads):
-	// what metrics, RateLimit-Policy items and replaces refer to.
+	// Name is rate_limit.name, or, when the file names none, one made of
+	// the descriptor path in [a-z0-9_-]: "domain-key_value-key", lower
+	// case, other characters '_', "-2", "-3", ... against a name already
+	// in the domain, at most MaxNameBytes (stable across reloads of the
+	// same file): what metrics, RateLimit-Policy items and replaces refer
+	// to.
 	Name            string
 	Unit            Unit
 	RequestsPerUnit uint32
@@ -143,6 +146,13 @@ type RateLimit struct {
 	generated string // the name made from the descriptor path, before it is made unique
 }
 
+// Blocks reports whether l refuses every hit: requests_per_unit 0 (an
+// envoyproxy/ratelimit block list entry). Its Limit is then a fixed window
+// of 1 and its Cost the largest, so that every charge above 0 is refused
+// (a check-only one passes, as there); what a response shows of it should
+// be a quota of 0 and nothing remaining.
+func (l *RateLimit) Blocks() bool { return !l.Unlimited && l.RequestsPerUnit == 0 }
+
 // Match is one request descriptor's match.
 type Match struct {
 	// Limit is the matched limit; nil: no limit applies (the descriptor
@@ -151,7 +161,8 @@ type Match struct {
 	// Key is the store key of the matched bucket: the domain, the
 	// algorithm, and the request's own entries down the matched path
 	// (a wildcard or value-less rule gives every distinct value its own
-	// bucket). Stable across reloads for the same rule.
+	// bucket, a share_threshold wildcard one bucket for all). Stable
+	// across reloads for the same rule and algorithm.
 	Key string
 }
 
@@ -168,6 +179,7 @@ type domain struct {
 	prefix string // the store keys' "rl:<escaped domain>:"
 	root   node
 	limits []*RateLimit // in file order
+	share  bool         // some descriptor has share_threshold
 }
 
 // node is one level of a descriptor tree: the configured descriptors under
@@ -178,12 +190,16 @@ type node struct {
 	wild  []wildNode
 	bare  map[string]*node
 	limit *RateLimit
+	// share: a wildcard descriptor with share_threshold: every value it
+	// matches counts in one bucket (its key holds the wildcard, not the
+	// value).
+	share bool
 }
 
 // wildNode is a descriptor whose value ends in "*".
 type wildNode struct {
-	key, prefix string
-	n           *node
+	key, value, prefix string // prefix: value without its "*"
+	n                  *node
 }
 
 func (n *node) leaf() bool { return len(n.exact) == 0 && len(n.wild) == 0 && len(n.bare) == 0 }

@@ -142,6 +142,8 @@ func TestRequestsPerUnitZeroBlocks(t *testing.T) {
 	c := load(t, "example3.yaml")
 	l := c.Match("edge_proxy_per_ip", desc("remote_address=50.0.0.5")).Limit
 	require.NotNil(t, l)
+	assert.True(t, l.Blocks())
+	assert.False(t, c.Match("edge_proxy_per_ip", desc("remote_address=50.0.0.1")).Limit.Blocks())
 	fw, ok := l.Limit.(limit.FW)
 	require.True(t, ok)
 	r, err := fw.Eval(nil, 0, l.Cost, true)
@@ -598,9 +600,13 @@ func TestAliasBomb(t *testing.T) {
 	c, err := Parse([]byte(bomb(2)))
 	require.NoError(t, err)
 	assert.Equal(t, "d-level2-k3-k4-k5", c.Match("d", desc("level2=x,k3=y,k4=z,k5=w")).Limit.Name)
+	// A million rules from 3 KB, against a bound lowered to 1000 (the real
+	// one would take seconds under -race to reach): refused at the bound.
+	defer func(n int) { maxRules = n }(maxRules)
+	maxRules = 1000
 	_, err = Parse([]byte(bomb(6)))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "more than 100000 descriptors in the file")
+	assert.Contains(t, err.Error(), "more than 1000 descriptors in the file")
 }
 
 // bomb is a document whose descriptors, through aliases, form a tree of
@@ -622,4 +628,48 @@ func bomb(levels int) string {
 		}
 	}
 	return b.String()
+}
+
+// share_threshold and value_to_metric, envoyproxy/ratelimit's newer
+// descriptor fields: every value a share_threshold wildcard matches
+// counts in one bucket; value_to_metric is about its metrics only.
+func TestShareThreshold(t *testing.T) {
+	c, err := Parse([]byte(`
+domain: share-threshold-test
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: tenant
+    value: t*
+    share_threshold: true
+    value_to_metric: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 10}
+`))
+	require.NoError(t, err)
+	m := func(s string) Match { return c.Match("share-threshold-test", desc(s)) }
+	a, b := m("files=files/a.pdf"), m("files=files/b.csv")
+	require.NotNil(t, a.Limit)
+	assert.Equal(t, a.Key, b.Key, "one bucket for every value of the wildcard")
+	assert.Equal(t, "rl:share-threshold-test:fw:files=files/*", a.Key)
+	assert.Equal(t, a.Key, m("files=files/*").Key, "the wildcard written out is the same bucket")
+	assert.NotEqual(t, m("path=/api/a").Key, m("path=/api/b").Key, "without share_threshold, a bucket per value")
+	// At an inner level: the wildcard's entry is shared, the next one not.
+	x, y := m("tenant=t1,user=u"), m("tenant=t2,user=u")
+	assert.Equal(t, "rl:share-threshold-test:fw:tenant=t*:user=u", x.Key)
+	assert.Equal(t, x.Key, y.Key)
+	assert.NotEqual(t, x.Key, m("tenant=t1,user=v").Key)
+
+	_, err = Parse([]byte("domain: d\ndescriptors:\n- key: k\n  value: v\n  share_threshold: true\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "descriptors[0].share_threshold: share_threshold can only be used with wildcard values")
+	_, err = Parse([]byte("domain: d\ndescriptors:\n- key: k\n  value_to_metric: sometimes\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "value_to_metric: want true or false")
 }

@@ -251,3 +251,28 @@ func TestConcurrentReaders(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, uint32(99999), rpuOf(s))
 }
+
+// A Kubernetes ConfigMap volume: the file is a symlink through "..data",
+// itself a symlink swapped (renamed over) to a new directory on update.
+func TestConfigMapSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, rpu string) {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, name), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name, "policy.yaml"), []byte(policyDoc(rpu)), 0o644))
+		tmp := filepath.Join(dir, "..data_tmp")
+		require.NoError(t, os.Symlink(name, tmp))
+		require.NoError(t, os.Rename(tmp, filepath.Join(dir, "..data")))
+	}
+	version("..v1", "11")
+	path := filepath.Join(dir, "policy.yaml")
+	require.NoError(t, os.Symlink(filepath.Join("..data", "policy.yaml"), path))
+	reloads := make(chan error, 4)
+	s, err := Open(path, SourceOptions{Poll: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		OnReload: func(err error) { reloads <- err }})
+	require.NoError(t, err)
+	defer s.Close()
+	assert.Equal(t, uint32(11), rpuOf(s))
+	version("..v2", "12")
+	require.NoError(t, next(t, reloads))
+	assert.Equal(t, uint32(12), rpuOf(s))
+}

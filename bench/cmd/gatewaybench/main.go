@@ -121,8 +121,8 @@ func run(rounds int, dur time.Duration, clients, nkeys int, bin, outDir string) 
 			return rdb.Do(ctx, "CL.LIMIT", "bench:user:"+key, "FW", 4000000000, 1).Err()
 		}},
 		{"http check", func(ctx context.Context, _ int, key string) error {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/check/bench", nil)
-			req.Header.Set("X-Ratelimit-User", key)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/check/bench?d=user=header:X-User", nil)
+			req.Header.Set("X-User", key)
 			resp, err := hc.Do(req)
 			if err != nil {
 				return err
