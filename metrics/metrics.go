@@ -175,11 +175,21 @@ func (r *Registry) Unregister(c prometheus.Collector) bool { return r.reg.Unregi
 // Gatherer returns the registry, to gather from.
 func (r *Registry) Gatherer() prometheus.Gatherer { return r.reg }
 
+// MaxScrapesInFlight is how many /metrics requests Handler serves at once;
+// more are answered 503 (each scrape gathers every collector: a flood of
+// them must not take the CPU from the decisions).
+const MaxScrapesInFlight = 4
+
 // Handler serves the registry in Prometheus's exposition formats
 // (/metrics). A failing collector is answered with HTTP 500, not a partial
-// page: a scrape then fails visibly instead of losing series.
+// page: a scrape then fails visibly instead of losing series. At most
+// MaxScrapesInFlight run at once.
 func (r *Registry) Handler() http.Handler {
-	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError, Registry: r.reg})
+	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{
+		ErrorHandling:       promhttp.HTTPErrorOnError,
+		Registry:            r.reg,
+		MaxRequestsInFlight: MaxScrapesInFlight,
+	})
 }
 
 // AddFrontend makes read the source of front end name's decision figures,

@@ -249,3 +249,42 @@ func TestHandler(t *testing.T) {
 	assert.False(t, strings.Contains(text, "promhttp_metric_handler_requests_total"),
 		"the handler's own counters would be the global registry's")
 }
+
+// blocking is a collector that holds every scrape until released.
+type blocking struct{ entered, release chan struct{} }
+
+var descBlocking = prometheus.NewDesc("cellserver_test_blocking", "x", nil, nil)
+
+func (b blocking) Describe(ch chan<- *prometheus.Desc) { ch <- descBlocking }
+func (b blocking) Collect(ch chan<- prometheus.Metric) {
+	b.entered <- struct{}{}
+	<-b.release
+	ch <- prometheus.MustNewConstMetric(descBlocking, prometheus.GaugeValue, 1)
+}
+
+// TestHandlerBoundsScrapes: past MaxScrapesInFlight scrapes at once, the
+// next is answered 503 rather than gathering once more.
+func TestHandlerBoundsScrapes(t *testing.T) {
+	r := New()
+	b := blocking{entered: make(chan struct{}), release: make(chan struct{})}
+	require.NoError(t, r.Register(b))
+	h := r.Handler()
+	done := make(chan int, MaxScrapesInFlight)
+	for i := 0; i < MaxScrapesInFlight; i++ {
+		go func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+			done <- rec.Code
+		}()
+	}
+	for i := 0; i < MaxScrapesInFlight; i++ {
+		<-b.entered
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	close(b.release)
+	for i := 0; i < MaxScrapesInFlight; i++ {
+		assert.Equal(t, http.StatusOK, <-done)
+	}
+}
