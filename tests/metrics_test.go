@@ -57,9 +57,6 @@ func startMetricsServer(t *testing.T, extra ...string) (*server, string) {
 		if err == nil {
 			return s, maddr
 		}
-		if strings.Contains(err.Error(), "not written yet") {
-			t.Skipf("SKIPPED: this build does not serve --metrics-addr yet (cmd/cellserver/gateway_http.go): %v", err)
-		}
 		lastErr = err
 	}
 	t.Fatalf("cellserver with --metrics-addr did not start: %v", lastErr)
@@ -179,8 +176,9 @@ func (p *promProc) waitQuery(t *testing.T, q, want string) {
 
 // TestPrometheusScrapesDecisions: a real Prometheus scraping the real
 // binary's /metrics (--metrics-addr) returns the allowed and limited
-// counts the test produced, over RESP (CL.THROTTLE, CL.LIMIT) and Envoy's
-// RLS gRPC, the same the server's INFO ratelimit and /metrics show.
+// counts the test produced, over RESP (CL.THROTTLE, CL.LIMIT), Envoy's
+// RLS gRPC and the HTTP check, the same the server's INFO ratelimit and
+// /metrics show.
 func TestPrometheusScrapesDecisions(t *testing.T) {
 	if _, err := os.Stat(prometheusBin); err != nil {
 		t.Skipf("SKIPPED: %s is not installed (apt-get install prometheus; test.sh installs it): the Prometheus scrape test did not run", prometheusBin)
@@ -188,7 +186,8 @@ func TestPrometheusScrapesDecisions(t *testing.T) {
 	pol := filepath.Join(t.TempDir(), "policy.yaml")
 	require.NoError(t, os.WriteFile(pol, []byte(metricsPolicy), 0o644))
 	gaddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-	srv, maddr := startMetricsServer(t, "--policy-file", pol, "--grpc-addr", gaddr)
+	haddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	srv, maddr := startMetricsServer(t, "--policy-file", pol, "--grpc-addr", gaddr, "--http-addr", haddr)
 	rdb := srv.Client(t)
 	ctx := context.Background()
 
@@ -225,6 +224,19 @@ func TestPrometheusScrapesDecisions(t *testing.T) {
 	// A domain the policy does not have: counted, but not as a label.
 	_, err = rls.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "made-up", Descriptors: []*rlv3.RateLimitDescriptor{user}})
 	require.NoError(t, err)
+	// The HTTP check (forward-auth): per-hour admits 2 of 4 for bob.
+	codes := map[int]int{}
+	for i := 0; i < 4; i++ {
+		req, err := http.NewRequest(http.MethodGet, "http://"+haddr+"/check/metrics?d=user=header:X-User", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-User", "bob")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		codes[res.StatusCode]++
+	}
+	require.Equal(t, map[int]int{http.StatusOK: 2, http.StatusTooManyRequests: 2}, codes)
 
 	want := map[string]string{
 		`{domain="",frontend="resp",limit="cl.throttle",outcome="allowed"}`:          "5",
@@ -246,6 +258,13 @@ func TestPrometheusScrapesDecisions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	assert.NotContains(t, string(page), `domain="made-up"`, "a client-named domain must not become a label")
+	// /metrics on --http-addr is the same registry.
+	res, err = http.Get("http://" + haddr + "/metrics")
+	require.NoError(t, err)
+	onHTTP, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	assert.Contains(t, string(onHTTP), "\ncellserver_ratelimit_decisions_total{domain=\"metrics\",frontend=\"http\",limit=\"per-hour\",outcome=\"limited\"} 2\n")
 	info, err := rdb.Info(ctx, "ratelimit").Result()
 	require.NoError(t, err)
 	for sel, v := range want {
@@ -260,6 +279,7 @@ func TestPrometheusScrapesDecisions(t *testing.T) {
 	}
 	prom.waitQuery(t, `cellserver_decision_duration_seconds_count{frontend="resp"}`, strconv.Itoa(throttles+limits))
 	prom.waitQuery(t, `cellserver_decision_duration_seconds_count{frontend="grpc"}`, "6")
+	prom.waitQuery(t, `cellserver_decision_duration_seconds_count{frontend="http"}`, "4")
 	prom.waitQuery(t, `count(cellserver_connections > 0)`, "1")
 	prom.waitQuery(t, `cellserver_persistence_enabled`, "1")
 
