@@ -58,9 +58,11 @@ func limitCall(c *Client, args [][]byte) (service.Call, string) {
 	return l, ""
 }
 
-// limitAnswer writes CL.LIMIT's 7-element reply.
-func limitAnswer(_ *Client, w *Out, call service.Call) {
+// limitAnswer writes CL.LIMIT's 7-element reply, and counts its decision
+// (with PEEK too: it decides, charging nothing).
+func limitAnswer(c *Client, w *Out, call service.Call) {
 	l := call.(*service.Limit)
+	c.countDecision(decLimit, l.Decision.Limited)
 	w.WriteArray(7)
 	writeR5Fields(w, l.Decision.R5)
 	w.WriteInt(int64(l.Decision.Index))

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/service"
 	"github.com/cellserver/cellserver/store"
 )
@@ -81,6 +82,12 @@ type Config struct {
 	// Redis's tracking-table-max-keys. Past it a read key is invalidated at
 	// once instead of remembered. Default DefaultTrackingMaxKeys.
 	TrackingMaxKeys int
+	// Metrics is the server's metrics registry: New registers the server's
+	// collectors in it (connections, commands, errors, persistence, keys,
+	// RESP's decisions), INFO ratelimit renders it, and the gateways
+	// report to it. nil: New makes one (Server.Metrics). One per server:
+	// a second Server on the same registry fails New.
+	Metrics *metrics.Registry
 }
 
 // DefaultMaxKeyBytes is Config.MaxKeyBytes's default (64 KiB).
@@ -134,6 +141,11 @@ type Server struct {
 	trackedBytes atomic.Int64 // their bytes (MaxTrackedBytes)
 	bcast        broadcasts   // the BCAST tracking clients
 	flushing     flushers     // the sessions running a FLUSHALL or FLUSHDB
+
+	metrics *metrics.Registry
+	// decisions counts the CL.THROTTLE and CL.LIMIT decisions answered
+	// (metrics.go), by command and outcome.
+	decisions [decCommands][decOutcomes]atomic.Int64
 }
 
 type serverStats struct {
@@ -180,6 +192,7 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		stop:     make(chan struct{}),
 		opsLastT: time.Now(),
 		sleep:    time.Sleep,
+		metrics:  cfg.Metrics,
 	}
 	if st.SyncsWrites() {
 		// Under --fsync always every write waits for its fsync: run writes
@@ -201,6 +214,9 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 	s.slowLens = s.table.slowLens()
 	s.hists = make([]cmdHist, s.table.size())
 	s.initDiagnostics()
+	if err := s.initMetrics(); err != nil {
+		return nil, err
+	}
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
@@ -337,6 +353,9 @@ type Client struct {
 	subInvalidate atomic.Bool
 	// hooked: the client tracks or subscribed, so execOne calls hooks.
 	hooked bool
+	// decided are the pipeline's decision counts not yet added to the
+	// server's (flushDecisions); only the pipeline's goroutine uses them.
+	decided [decCommands][decOutcomes]int64
 }
 
 // quiet reports whether the command being run gets no reply (CLIENT REPLY
@@ -818,6 +837,7 @@ func (s *Server) finish(c *Client, out *Out) {
 		}
 	}
 	rec.flush()
+	c.flushDecisions()
 	if cap(c.slots) > maxKeptOps {
 		c.slots = nil
 	} else {

@@ -30,9 +30,14 @@ func throttleCall(c *Client, args [][]byte) (service.Call, string) {
 	return t, ""
 }
 
-// throttleAnswer writes CL.THROTTLE's (and CL.PEEK's) reply.
-func throttleAnswer(_ *Client, w *Out, call service.Call) {
-	r := &call.(*service.Throttle).Result
+// throttleAnswer writes CL.THROTTLE's (and CL.PEEK's) reply, and counts
+// CL.THROTTLE's decision (a peek decides nothing).
+func throttleAnswer(c *Client, w *Out, call service.Call) {
+	t := call.(*service.Throttle)
+	r := &t.Result
+	if !t.Peek {
+		c.countDecision(decThrottle, r.Limited)
+	}
 	w.WriteArray(5)
 	writeFive(w, r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter)
 }
