@@ -51,6 +51,7 @@ func startGateways(cfg Config, exec *commands.Server, log *slog.Logger) (stop fu
 			return nil, fmt.Errorf("--policy-file: %w", err)
 		}
 		stops = append(stops, src.Close)
+		watchPolicy(exec, src)
 		eng = gateway.New(gateway.Config{Service: exec.Service(), Policies: src, Observer: gatewayObserver(exec)})
 	}
 	if cfg.GRPCAddr != "" {
