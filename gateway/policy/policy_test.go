@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -675,4 +676,60 @@ descriptors:
 	_, err = Parse([]byte("domain: d\ndescriptors:\n- key: k\n  value_to_metric: sometimes\n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "value_to_metric: want true or false")
+}
+
+// longBomb is a document whose rules all alias one value of n bytes:
+// width rules a level, each level's descriptors aliasing the level below,
+// levels deep, every rule with a rate_limit (a generated name).
+func longBomb(width, levels, n int) string {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	fmt.Fprintf(&b, "- key: root\n  value: &v %q\n  descriptors: &l0\n", strings.Repeat("A", n))
+	for j := range width {
+		fmt.Fprintf(&b, "    - {key: k%d, value: *v, rate_limit: {unit: second, requests_per_unit: 1}}\n", j)
+	}
+	for i := 1; i <= levels; i++ {
+		fmt.Fprintf(&b, "- key: level%d\n  descriptors: &l%d\n", i, i)
+		for j := range width {
+			fmt.Fprintf(&b, "    - {key: k%d, value: *v, rate_limit: {unit: second, requests_per_unit: 1}, descriptors: *l%d}\n", j, i-1)
+		}
+	}
+	return b.String()
+}
+
+// Aliases of one long value cannot make a small file cost gigabytes: the
+// bytes of the keys and values as loaded are bounded, and refused past the
+// bound at once (not after allocating the tree's names and paths).
+func TestLongValueAliasBomb(t *testing.T) {
+	// 2^17 rules of a 1 KiB value, 16 levels deep, from a 5 KB file: past
+	// 64 MiB of scalars (before the rule budget).
+	data := []byte(longBomb(2, 16, MaxEntryBytes))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Parse(data)
+	runtime.ReadMemStats(&after)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "more than 67108864 bytes of keys and values in the file (YAML aliases expanded)")
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d bytes of file: %d MB allocated", len(data), alloc>>20)
+	assert.Less(t, alloc, uint64(400<<20), "allocated while refusing")
+
+	// What loads has names of at most MaxNameBytes.
+	c, err := Parse([]byte(longBomb(2, 3, MaxEntryBytes)))
+	require.NoError(t, err)
+	for _, l := range c.Limits("d") {
+		assert.LessOrEqual(t, len(l.Name), MaxNameBytes)
+	}
+}
+
+// Keys and values are at most MaxEntryBytes.
+func TestEntryBounds(t *testing.T) {
+	_, err := Parse([]byte(longBomb(1, 1, MaxEntryBytes+1)))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "descriptors[0].value: longer than 1024 bytes")
+	_, err = Parse([]byte("domain: d\ndescriptors:\n- key: " + strings.Repeat("k", MaxEntryBytes+1) + "\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "descriptors[0].key: longer than 1024 bytes")
+
 }
