@@ -47,11 +47,10 @@ const (
 	MaxScalarBytes = 64 << 20
 )
 
-// maxRules, maxDocuments and maxScalarBytes are MaxRules, MaxDocuments and
-// MaxScalarBytes; tests lower them so as not to build the whole.
+// maxRules and maxScalarBytes are MaxRules and MaxScalarBytes; tests lower
+// them so as not to build the whole.
 var (
 	maxRules       = MaxRules
-	maxDocuments   = MaxDocuments
 	maxScalarBytes = MaxScalarBytes
 )
 
@@ -65,9 +64,6 @@ func Parse(data []byte) (*Config, error) {
 	budget, scalars := maxRules, maxScalarBytes
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for doc := 1; ; doc++ {
-		if doc > maxDocuments {
-			return nil, fmt.Errorf("policy: document %d: more than %d documents (domains) in the file", doc, maxDocuments)
-		}
 		var root yaml.Node
 		err := dec.Decode(&root)
 		if errors.Is(err, io.EOF) {
@@ -75,6 +71,9 @@ func Parse(data []byte) (*Config, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("policy: document %d: %s", doc, oneLine(err.Error()))
+		}
+		if doc > MaxDocuments {
+			return nil, fmt.Errorf("policy: document %d: more than %d documents (domains) in the file", doc, MaxDocuments)
 		}
 		if len(root.Content) == 0 || isNull(root.Content[0]) {
 			continue // an empty document ("---" at the end, comments only)

@@ -733,3 +733,19 @@ func TestEntryBounds(t *testing.T) {
 	assert.Contains(t, err.Error(), "descriptors[0].key: longer than 1024 bytes")
 
 }
+
+// Domains without descriptors cost no rule, but a file holds at most
+// MaxDocuments documents (empty ones included).
+func TestDocumentBound(t *testing.T) {
+	var b strings.Builder
+	for i := range MaxDocuments {
+		fmt.Fprintf(&b, "domain: d%d\n---\n", i)
+	}
+	c, err := Parse([]byte(strings.TrimSuffix(b.String(), "---\n")))
+	require.NoError(t, err)
+	assert.Len(t, c.Domains(), MaxDocuments)
+	b.WriteString("domain: one_more\n")
+	_, err = Parse([]byte(b.String()))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "policy: document 10001: more than 10000 documents (domains) in the file")
+}
