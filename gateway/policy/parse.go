@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -101,6 +102,7 @@ type parser struct {
 	doc   int
 	dom   string
 	names map[string]bool // the domain's limit names, explicit and generated
+	named map[string]int  // the domain's explicit names, by the line of the first
 	// budget is how many more descriptors the file may hold; scalars how
 	// many more bytes of keys and values (aliases expanded).
 	budget, scalars *int
@@ -299,7 +301,7 @@ func (p *parser) domain(n *yaml.Node) (*domain, error) {
 	case len(name) > MaxDomainBytes:
 		return nil, p.errf(f["domain"], rootPath("domain"), "longer than %d bytes", MaxDomainBytes)
 	}
-	p.names = map[string]bool{}
+	p.names, p.named = map[string]bool{}, map[string]int{}
 	d := &domain{name: name, prefix: "rl:" + escape(name) + ":"}
 	if err := p.descriptors(d, &d.root, f["descriptors"], rootPath("descriptors"), &composite{key: name}, shortName(sanitize(name)), 1); err != nil {
 		return nil, err
@@ -377,11 +379,18 @@ func (p *parser) descriptors(d *domain, parent *node, n *yaml.Node, path ypath, 
 		}
 		name := shortName(at + "-" + namePart(key, value))
 		if rl := f["rate_limit"]; rl != nil {
-			l, err := p.rateLimit(rl, ipath.key("rate_limit"))
+			rlPath := ipath.key("rate_limit")
+			l, err := p.rateLimit(rl, rlPath)
 			if err != nil {
 				return err
 			}
 			l.ShadowMode, l.DetailedMetric = shadow, detailed
+			if l.Name != "" {
+				if line, dup := p.named[l.Name]; dup {
+					return p.errf(rl, rlPath.key("name"), "name %q given twice in the domain (first at line %d): replaces and headers could not tell them apart", l.Name, line)
+				}
+				p.named[l.Name] = rl.Line
+			}
 			l.generated = name
 			child.limit = l
 			d.limits = append(d.limits, l)
@@ -490,6 +499,11 @@ func (p *parser) readBlock(n *yaml.Node, path ypath) (*RateLimit, *block, error)
 	}
 	if len(l.Name) > MaxNameBytes {
 		return nil, nil, p.errf(f["name"], path.key("name"), "longer than %d bytes", MaxNameBytes)
+	}
+	if i := strings.IndexFunc(l.Name, badNameRune); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(l.Name[i:])
+		return nil, nil, p.errf(f["name"], path.key("name"),
+			"%q holds %q: a name is printable ASCII without space, '\"', '\\', ',' or ';' (it is a header value)", l.Name, r)
 	}
 	if l.Replaces, err = p.replaces(f["replaces"], path.key("replaces"), l.Name); err != nil {
 		return nil, nil, err
@@ -703,6 +717,13 @@ func appendSanitized(b []byte, s string, n int) []byte {
 		}
 	}
 	return b
+}
+
+// badNameRune reports a character an explicit name may not hold: what
+// headers would change or split (outside printable ASCII, space, '"', '\\',
+// ',' and ';').
+func badNameRune(r rune) bool {
+	return r <= ' ' || r > '~' || strings.ContainsRune("\"\\,;", r)
 }
 
 // maxGenerated is the longest generated name before uniqueName's "-2",

@@ -480,6 +480,17 @@ func TestRefusals(t *testing.T) {
 		{head + "- key: k\n  rate_limit: {unit: second, requests_per_unit: 4294967295, algorithm: gcra}\n", `rate too high`},
 		{"domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: second\n", "policy: document 1: yaml:"},
 		{"domain: " + strings.Repeat("x", MaxDomainBytes+1) + "\n", "domain: longer than 128 bytes"},
+		// Names: one per limit in a domain, and header-safe.
+		{head + "- key: a\n  rate_limit: {name: x, unit: second, requests_per_unit: 1}\n- key: b\n  rate_limit: {name: x, unit: second, requests_per_unit: 2}\n",
+			`descriptors[1].rate_limit.name: name "x" given twice in the domain (first at line 4)`},
+		{head + "- key: a\n  rate_limit: &r {name: x, unit: second, requests_per_unit: 1}\n- key: b\n  rate_limit: *r\n", `name "x" given twice in the domain`},
+		{head + "- key: k\n  rate_limit: {name: 'a b', unit: second, requests_per_unit: 1}\n", `rate_limit.name: "a b" holds ' ': a name is printable ASCII without space`},
+		{head + "- key: k\n  rate_limit: {name: 'a,b', unit: second, requests_per_unit: 1}\n", `"a,b" holds ','`},
+		{head + "- key: k\n  rate_limit: {name: 'a;b', unit: second, requests_per_unit: 1}\n", `"a;b" holds ';'`},
+		{head + "- key: k\n  rate_limit: {name: 'a\"b', unit: second, requests_per_unit: 1}\n", `holds '"'`},
+		{head + "- key: k\n  rate_limit: {name: 'a\\b', unit: second, requests_per_unit: 1}\n", `holds '\\'`},
+		{head + "- key: k\n  rate_limit: {name: \"a\\tb\", unit: second, requests_per_unit: 1}\n", `holds '\t'`},
+		{head + "- key: k\n  rate_limit: {name: café, unit: second, requests_per_unit: 1}\n", `"café" holds 'é'`},
 	}
 	for _, tc := range cases {
 		_, err := Parse([]byte(tc.yaml))
@@ -748,4 +759,23 @@ func TestDocumentBound(t *testing.T) {
 	_, err = Parse([]byte(b.String()))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "policy: document 10001: more than 10000 documents (domains) in the file")
+}
+
+// Explicit names: any printable ASCII but what headers change or split;
+// one name per limit within a domain, the same in two domains.
+func TestExplicitNames(t *testing.T) {
+	c, err := Parse([]byte(`
+domain: a
+descriptors:
+  - key: k
+    rate_limit: {name: "api/v1:read=1'", unit: second, requests_per_unit: 1}
+---
+domain: b
+descriptors:
+  - key: k
+    rate_limit: {name: "api/v1:read=1'", unit: second, requests_per_unit: 1}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, "api/v1:read=1'", c.Match("a", desc("k=v")).Limit.Name)
+	assert.Equal(t, "api/v1:read=1'", c.Match("b", desc("k=v")).Limit.Name)
 }
