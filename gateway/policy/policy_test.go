@@ -161,6 +161,16 @@ func TestUnlimited(t *testing.T) {
 	require.NotNil(t, m.Limit)
 	assert.True(t, m.Limit.Unlimited)
 	assert.Nil(t, m.Limit.Limit, "nothing to charge")
+
+	// requests_per_unit: 0 beside it is what envoyproxy/ratelimit reads a
+	// missing one as: accepted, and still unlimited (another is refused,
+	// in TestRefusals).
+	c, err := Parse([]byte("domain: d\ndescriptors:\n- key: k\n  rate_limit: {unlimited: true, requests_per_unit: 0}\n"))
+	require.NoError(t, err)
+	m = c.Match("d", desc("k=v"))
+	require.NotNil(t, m.Limit)
+	assert.True(t, m.Limit.Unlimited)
+	assert.Nil(t, m.Limit.Limit)
 }
 
 func TestReplaces(t *testing.T) {
