@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +161,16 @@ func TestUnlimited(t *testing.T) {
 	require.NotNil(t, m.Limit)
 	assert.True(t, m.Limit.Unlimited)
 	assert.Nil(t, m.Limit.Limit, "nothing to charge")
+
+	// requests_per_unit: 0 beside it is what envoyproxy/ratelimit reads a
+	// missing one as: accepted, and still unlimited (another is refused,
+	// in TestRefusals).
+	c, err := Parse([]byte("domain: d\ndescriptors:\n- key: k\n  rate_limit: {unlimited: true, requests_per_unit: 0}\n"))
+	require.NoError(t, err)
+	m = c.Match("d", desc("k=v"))
+	require.NotNil(t, m.Limit)
+	assert.True(t, m.Limit.Unlimited)
+	assert.Nil(t, m.Limit.Limit)
 }
 
 func TestReplaces(t *testing.T) {
@@ -479,6 +490,17 @@ func TestRefusals(t *testing.T) {
 		{head + "- key: k\n  rate_limit: {unit: second, requests_per_unit: 4294967295, algorithm: gcra}\n", `rate too high`},
 		{"domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: second\n", "policy: document 1: yaml:"},
 		{"domain: " + strings.Repeat("x", MaxDomainBytes+1) + "\n", "domain: longer than 128 bytes"},
+		// Names: one per limit in a domain, and header-safe.
+		{head + "- key: a\n  rate_limit: {name: x, unit: second, requests_per_unit: 1}\n- key: b\n  rate_limit: {name: x, unit: second, requests_per_unit: 2}\n",
+			`descriptors[1].rate_limit.name: name "x" given twice in the domain (first at line 4)`},
+		{head + "- key: a\n  rate_limit: &r {name: x, unit: second, requests_per_unit: 1}\n- key: b\n  rate_limit: *r\n", `name "x" given twice in the domain`},
+		{head + "- key: k\n  rate_limit: {name: 'a b', unit: second, requests_per_unit: 1}\n", `rate_limit.name: "a b" holds ' ': a name is printable ASCII without space`},
+		{head + "- key: k\n  rate_limit: {name: 'a,b', unit: second, requests_per_unit: 1}\n", `"a,b" holds ','`},
+		{head + "- key: k\n  rate_limit: {name: 'a;b', unit: second, requests_per_unit: 1}\n", `"a;b" holds ';'`},
+		{head + "- key: k\n  rate_limit: {name: 'a\"b', unit: second, requests_per_unit: 1}\n", `holds '"'`},
+		{head + "- key: k\n  rate_limit: {name: 'a\\b', unit: second, requests_per_unit: 1}\n", `holds '\\'`},
+		{head + "- key: k\n  rate_limit: {name: \"a\\tb\", unit: second, requests_per_unit: 1}\n", `holds '\t'`},
+		{head + "- key: k\n  rate_limit: {name: café, unit: second, requests_per_unit: 1}\n", `"café" holds 'é'`},
 	}
 	for _, tc := range cases {
 		_, err := Parse([]byte(tc.yaml))
@@ -675,4 +697,95 @@ descriptors:
 	_, err = Parse([]byte("domain: d\ndescriptors:\n- key: k\n  value_to_metric: sometimes\n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "value_to_metric: want true or false")
+}
+
+// longBomb is a document whose rules all alias one value of n bytes:
+// width rules a level, each level's descriptors aliasing the level below,
+// levels deep, every rule with a rate_limit (a generated name).
+func longBomb(width, levels, n int) string {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	fmt.Fprintf(&b, "- key: root\n  value: &v %q\n  descriptors: &l0\n", strings.Repeat("A", n))
+	for j := range width {
+		fmt.Fprintf(&b, "    - {key: k%d, value: *v, rate_limit: {unit: second, requests_per_unit: 1}}\n", j)
+	}
+	for i := 1; i <= levels; i++ {
+		fmt.Fprintf(&b, "- key: level%d\n  descriptors: &l%d\n", i, i)
+		for j := range width {
+			fmt.Fprintf(&b, "    - {key: k%d, value: *v, rate_limit: {unit: second, requests_per_unit: 1}, descriptors: *l%d}\n", j, i-1)
+		}
+	}
+	return b.String()
+}
+
+// Aliases of one long value cannot make a small file cost gigabytes: the
+// bytes of the keys and values as loaded are bounded, and refused past the
+// bound at once (not after allocating the tree's names and paths).
+func TestLongValueAliasBomb(t *testing.T) {
+	// 2^17 rules of a 1 KiB value, 16 levels deep, from a 5 KB file: past
+	// 64 MiB of scalars (before the rule budget).
+	data := []byte(longBomb(2, 16, MaxEntryBytes))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Parse(data)
+	runtime.ReadMemStats(&after)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "more than 67108864 bytes of keys and values in the file (YAML aliases expanded)")
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d bytes of file: %d MB allocated", len(data), alloc>>20)
+	assert.Less(t, alloc, uint64(400<<20), "allocated while refusing")
+
+	// What loads has names of at most MaxNameBytes.
+	c, err := Parse([]byte(longBomb(2, 3, MaxEntryBytes)))
+	require.NoError(t, err)
+	for _, l := range c.Limits("d") {
+		assert.LessOrEqual(t, len(l.Name), MaxNameBytes)
+	}
+}
+
+// Keys and values are at most MaxEntryBytes.
+func TestEntryBounds(t *testing.T) {
+	_, err := Parse([]byte(longBomb(1, 1, MaxEntryBytes+1)))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "descriptors[0].value: longer than 1024 bytes")
+	_, err = Parse([]byte("domain: d\ndescriptors:\n- key: " + strings.Repeat("k", MaxEntryBytes+1) + "\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "descriptors[0].key: longer than 1024 bytes")
+
+}
+
+// Domains without descriptors cost no rule, but a file holds at most
+// MaxDocuments documents (empty ones included).
+func TestDocumentBound(t *testing.T) {
+	var b strings.Builder
+	for i := range MaxDocuments {
+		fmt.Fprintf(&b, "domain: d%d\n---\n", i)
+	}
+	c, err := Parse([]byte(strings.TrimSuffix(b.String(), "---\n")))
+	require.NoError(t, err)
+	assert.Len(t, c.Domains(), MaxDocuments)
+	b.WriteString("domain: one_more\n")
+	_, err = Parse([]byte(b.String()))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "policy: document 10001: more than 10000 documents (domains) in the file")
+}
+
+// Explicit names: any printable ASCII but what headers change or split;
+// one name per limit within a domain, the same in two domains.
+func TestExplicitNames(t *testing.T) {
+	c, err := Parse([]byte(`
+domain: a
+descriptors:
+  - key: k
+    rate_limit: {name: "api/v1:read=1'", unit: second, requests_per_unit: 1}
+---
+domain: b
+descriptors:
+  - key: k
+    rate_limit: {name: "api/v1:read=1'", unit: second, requests_per_unit: 1}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, "api/v1:read=1'", c.Match("a", desc("k=v")).Limit.Name)
+	assert.Equal(t, "api/v1:read=1'", c.Match("b", desc("k=v")).Limit.Name)
 }

@@ -25,9 +25,9 @@ type Source struct {
 	stats SourceStats
 	seen  stamp // the file as last looked at (loaded or refused)
 	gone  bool  // the file was missing at the last poll (logged once)
-	// unsettled is the hash of contents that did not parse, seen once:
-	// refused if seen again at the next poll.
-	unsettled [sha256.Size]byte
+	// pending is the hash of changed contents seen once: tried (loaded or
+	// refused) if seen again, unchanged, at the next poll.
+	pending [sha256.Size]byte
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -53,10 +53,11 @@ type SourceOptions struct {
 	Poll   time.Duration
 	Logger *slog.Logger
 	// OnReload, if set, is called after every attempt to load a changed
-	// file: err nil when the new Config is in force. Contents that do not
-	// parse are refused (and reported) when seen at two polls in a row,
-	// so that a file read half-written is not. Called on the watching
-	// goroutine, never with the Source's lock held.
+	// file: err nil when the new Config is in force. Changed contents are
+	// tried (loaded, or refused and reported) only when seen unchanged at
+	// two polls in a row, so that a file read half-written is neither
+	// loaded nor reported: a change takes effect within two polls. Called
+	// on the watching goroutine, never with the Source's lock held.
 	OnReload func(err error)
 }
 
@@ -125,9 +126,10 @@ func (s *Source) watch() {
 
 // poll looks at the file once and loads it if it changed. The contents are
 // read every time (the file is small): a size and mtime that did not
-// change do not prove the contents did not. Good contents load at once;
-// bad ones are refused at the second poll that sees them, so that a file
-// caught half-written by an in-place write is not reported.
+// change do not prove the contents did not. Changed contents are tried at
+// the second poll in a row that sees them the same, so that a file caught
+// half-written by an in-place write (which may well parse: a truncated
+// list of rules) is neither loaded nor reported.
 func (s *Source) poll() {
 	loaded, err := s.load()
 	if loaded && s.opt.OnReload != nil {
@@ -158,16 +160,19 @@ func (s *Source) load() (loaded bool, _ error) {
 	}
 	if st.sum == s.seen.sum {
 		s.seen = st
+		s.pending = [sha256.Size]byte{}
 		return false, nil
 	}
+	// A file written in place can be read half-written, and what was
+	// written so far may parse: changed contents count once they are seen
+	// the same at two polls in a row.
+	if s.pending != st.sum {
+		s.pending = st.sum
+		return false, nil
+	}
+	s.pending = [sha256.Size]byte{}
 	c, err := Parse(data)
 	if err != nil {
-		// A file written in place can be read half-written: a refusal
-		// counts once the same contents are seen at two polls in a row.
-		if s.unsettled != st.sum {
-			s.unsettled = st.sum
-			return false, nil
-		}
 		s.seen = st
 		s.stats.Failures++
 		s.stats.LastError = err.Error()

@@ -155,8 +155,9 @@ func TestSameSizeSameMtime(t *testing.T) {
 	assert.Equal(t, uint32(6), rpuOf(s))
 }
 
-// Contents caught half-written (a truncate, then a write) are not
-// reported; the whole file loads.
+// Contents caught half-written (a truncate, then a write) are neither
+// loaded nor reported, even when what was written so far parses; the whole
+// file loads at the second poll that sees it.
 func TestHalfWrittenNotReported(t *testing.T) {
 	// No watcher polls on its own here (an hour's poll): load is driven
 	// by hand, one call per poll.
@@ -165,28 +166,47 @@ func TestHalfWrittenNotReported(t *testing.T) {
 	s, err := Open(path, SourceOptions{Poll: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer s.Close()
+	poll := func() (bool, error) { return s.load() }
 
-	// What a poll between a truncate and the write reads.
-	require.NoError(t, os.WriteFile(path, []byte(policyDoc("2")[:20]), 0o644))
-	tried, err := s.load()
+	// What a poll between a truncate and the write reads: a prefix that
+	// does not parse, then one that does (the first rule of two, the one
+	// that would drop k's limit).
+	whole := "domain: d\ndescriptors:\n- key: other\n  rate_limit: {unit: minute, requests_per_unit: 9}\n" +
+		"- key: k\n  rate_limit: {unit: minute, requests_per_unit: 2}\n"
+	require.NoError(t, os.WriteFile(path, []byte(whole[:20]), 0o644))
+	tried, err := poll()
 	assert.False(t, tried)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path, []byte(policyDoc("2")), 0o644))
-	tried, err = s.load()
-	assert.True(t, tried)
+	half := whole[:strings.Index(whole, "- key: k")]
+	_, err = Parse([]byte(half))
+	require.NoError(t, err, "the half-written file parses")
+	require.NoError(t, os.WriteFile(path, []byte(half), 0o644))
+	tried, err = poll()
+	assert.False(t, tried, "changed since the last poll: not loaded yet")
+	require.NoError(t, err)
+	assert.Equal(t, uint32(1), rpuOf(s))
+	require.NoError(t, os.WriteFile(path, []byte(whole), 0o644))
+	tried, _ = poll()
+	assert.False(t, tried)
+	assert.Equal(t, uint32(1), rpuOf(s))
+	tried, err = poll()
+	assert.True(t, tried, "the same at two polls in a row: loaded")
 	require.NoError(t, err)
 	assert.Equal(t, uint32(2), rpuOf(s))
+	assert.Equal(t, int64(1), s.Stats().Reloads)
 	assert.Equal(t, int64(0), s.Stats().Failures)
+	tried, _ = poll()
+	assert.False(t, tried, "loaded once per version")
 
 	// Bad contents that stay are refused at the second look.
 	require.NoError(t, os.WriteFile(path, []byte("domain: d\nbogus: 1\n"), 0o644))
-	tried, _ = s.load()
+	tried, _ = poll()
 	assert.False(t, tried)
-	tried, err = s.load()
+	tried, err = poll()
 	assert.True(t, tried)
 	require.Error(t, err)
 	assert.Equal(t, int64(1), s.Stats().Failures)
-	tried, _ = s.load()
+	tried, _ = poll()
 	assert.False(t, tried, "refused once per version")
 	assert.Equal(t, uint32(2), rpuOf(s))
 }
