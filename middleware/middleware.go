@@ -442,12 +442,18 @@ func (rt *route) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 			rt.answer(w, r, next, v)
 			return
 		}
-		if r.Context().Err() != nil {
+		if errors.Is(r.Context().Err(), context.Canceled) {
 			// The client went away or the server is shutting down: not
 			// cellserver's failure, and nobody to answer.
 			return
 		}
 		reason, cause = classify(err)
+		if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+			// The request's own deadline, sooner than Timeout, ended
+			// the call: a timeout like any other, and the client still
+			// waits for an answer.
+			reason = ReasonTimeout
+		}
 		m.brk.failed(m.cfg.Now())
 	}
 	rt.st.fallbacks[reason].Add(1)
