@@ -526,6 +526,20 @@ func TestKeyErrorAndLongIdentity(t *testing.T) {
 	for _, k := range keys {
 		assert.Less(t, len(k), 100)
 	}
+
+	// Sending the hashed form of another's long identity names other
+	// buckets: the long identity's is still spent, this one is not.
+	forged := hashID(long)
+	assert.Len(t, forged, 71)
+	assert.Equal(t, 200, do(h, forged).code, "not the long identity's bucket")
+	assert.Equal(t, 429, do(h, forged).code, "its own bucket")
+	assert.Equal(t, 429, do(h, long).code, "the long identity's bucket is untouched")
+	assert.Equal(t, 200, do(h, "sha256:x").code, "a short one is hashed too")
+	for k, want := range map[string]int64{"rl:{k:sha256:x}:m": 0, "rl:{k:" + hashID("sha256:x") + "}:m": 1} {
+		n, err := e.rdb.Exists(context.Background(), k).Result()
+		require.NoError(t, err)
+		assert.Equal(t, want, n, k)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {
