@@ -137,5 +137,9 @@ func problem(status int, detail string, retryAfter int64) []byte {
 // whatever the client sends.
 func hashID(id string) string {
 	h := sha256.Sum256([]byte(id))
-	return "sha256:" + hex.EncodeToString(h[:])
+	return hashPrefix + hex.EncodeToString(h[:])
 }
+
+// hashPrefix starts a hashed identity; keys hashes a raw identity that
+// starts with it too.
+const hashPrefix = "sha256:"

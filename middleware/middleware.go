@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,8 +201,10 @@ const (
 )
 
 // MaxIdentity is the longest identity used as is in a key; a longer one
-// is replaced by its SHA-256, so that client-chosen values (API keys,
-// headers) never make long keys.
+// is replaced by "sha256:" and its SHA-256 in hex, so that client-chosen
+// values (API keys, headers) never make long keys. An identity that
+// starts with "sha256:" is replaced so too, whatever its length, so that
+// it cannot name a long identity's buckets.
 const MaxIdentity = 128
 
 // EnsureDefaults fills zero fields.
@@ -442,12 +445,18 @@ func (rt *route) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 			rt.answer(w, r, next, v)
 			return
 		}
-		if r.Context().Err() != nil {
+		if errors.Is(r.Context().Err(), context.Canceled) {
 			// The client went away or the server is shutting down: not
 			// cellserver's failure, and nobody to answer.
 			return
 		}
 		reason, cause = classify(err)
+		if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+			// The request's own deadline, sooner than Timeout, ended
+			// the call: a timeout like any other, and the client still
+			// waits for an answer.
+			reason = ReasonTimeout
+		}
 		m.brk.failed(m.cfg.Now())
 	}
 	rt.st.fallbacks[reason].Add(1)
@@ -473,7 +482,10 @@ func (rt *route) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 // keys returns the keys of the route's limits for identity id, in order,
 // then those of its local limits (the same keys by default).
 func (rt *route) keys(id string) []string {
-	if len(id) > MaxIdentity {
+	if len(id) > MaxIdentity || strings.HasPrefix(id, hashPrefix) {
+		// A raw identity that looks like a hashed one is hashed too: a
+		// client that knows the hash of another's long API key never
+		// shares its buckets by sending it.
 		id = hashID(id)
 	}
 	base := rt.m.cfg.KeyPrefix + "{" + rt.Name + ":" + id + "}:"

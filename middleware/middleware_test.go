@@ -407,6 +407,60 @@ func TestFailClosed(t *testing.T) {
 // A cellserver that accepts but never answers: each call ends at the
 // timeout and falls back with reason timeout.
 func TestSlowCellserverTimesOut(t *testing.T) {
+	rdb := redis.NewClient(ClientOptions(blackhole(t)))
+	t.Cleanup(func() { _ = rdb.Close() })
+	mw, err := New(Config{Client: rdb, Timeout: 30 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	lim, err := mw.Limiter(Route{Name: "r", Key: func(*http.Request) (string, error) { return "k", nil },
+		Limits: []Limit{{Name: "l", Limit: limit.FW{Limit: 1, Window: time.Hour}}}})
+	require.NoError(t, err)
+	h := lim(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	assert.Equal(t, 200, do(h, "").code)
+	assert.Equal(t, 429, do(h, "").code, "the local ceiling: 1 an hour")
+	assert.Equal(t, uint64(2), mw.Stats()["r"].Fallbacks[ReasonTimeout])
+}
+
+// A request whose own deadline is sooner than Timeout, with cellserver not
+// answering, ends at that deadline and falls back as a timeout: a
+// fail-closed route refuses it, counted, logged and seen by the breaker
+// (not an empty 200).
+func TestRequestDeadlineFallsBack(t *testing.T) {
+	// Blackholed: the dial hangs until the call's context ends (a SYN
+	// dropped on the way).
+	opts := ClientOptions("192.0.2.1:6379")
+	opts.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	logs := &syncBuffer{}
+	mw, err := New(Config{Client: rdb, Timeout: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	lim, err := mw.Limiter(Route{Name: "r", OnFailure: FailClosed, Key: func(*http.Request) (string, error) { return "k", nil },
+		Limits: []Limit{{Name: "l", Limit: limit.FW{Limit: 1, Window: time.Hour}}}})
+	require.NoError(t, err)
+	var calls atomic.Int64
+	h := lim(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/x", nil).WithContext(ctx))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Contains(t, rec.Body.String(), "rate limiter is unavailable")
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	assert.Zero(t, calls.Load())
+	st := mw.Stats()["r"]
+	assert.Equal(t, uint64(1), st.Fallbacks[ReasonTimeout])
+	assert.Equal(t, uint64(1), mw.Fallbacks())
+	assert.Equal(t, int64(1), mw.brk.fails.Load(), "the breaker saw the failure")
+	assert.Contains(t, logs.String(), "reason=timeout")
+	assert.Equal(t, uint64(1), st.Refused)
+}
+
+// blackhole is the address of a server that accepts connections and never
+// answers.
+func blackhole(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var conns []net.Conn
@@ -430,17 +484,7 @@ func TestSlowCellserverTimesOut(t *testing.T) {
 			_ = c.Close()
 		}
 	})
-	rdb := redis.NewClient(ClientOptions(ln.Addr().String()))
-	t.Cleanup(func() { _ = rdb.Close() })
-	mw, err := New(Config{Client: rdb, Timeout: 30 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	lim, err := mw.Limiter(Route{Name: "r", Key: func(*http.Request) (string, error) { return "k", nil },
-		Limits: []Limit{{Name: "l", Limit: limit.FW{Limit: 1, Window: time.Hour}}}})
-	require.NoError(t, err)
-	h := lim(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	assert.Equal(t, 200, do(h, "").code)
-	assert.Equal(t, 429, do(h, "").code, "the local ceiling: 1 an hour")
-	assert.Equal(t, uint64(2), mw.Stats()["r"].Fallbacks[ReasonTimeout])
+	return ln.Addr().String()
 }
 
 // cellserver answering an error (the key holds another kind of value) is a
@@ -481,6 +525,20 @@ func TestKeyErrorAndLongIdentity(t *testing.T) {
 	require.Len(t, keys, 2)
 	for _, k := range keys {
 		assert.Less(t, len(k), 100)
+	}
+
+	// Sending the hashed form of another's long identity names other
+	// buckets: the long identity's is still spent, this one is not.
+	forged := hashID(long)
+	assert.Len(t, forged, 71)
+	assert.Equal(t, 200, do(h, forged).code, "not the long identity's bucket")
+	assert.Equal(t, 429, do(h, forged).code, "its own bucket")
+	assert.Equal(t, 429, do(h, long).code, "the long identity's bucket is untouched")
+	assert.Equal(t, 200, do(h, "sha256:x").code, "a short one is hashed too")
+	for k, want := range map[string]int64{"rl:{k:sha256:x}:m": 0, "rl:{k:" + hashID("sha256:x") + "}:m": 1} {
+		n, err := e.rdb.Exists(context.Background(), k).Result()
+		require.NoError(t, err)
+		assert.Equal(t, want, n, k)
 	}
 }
 

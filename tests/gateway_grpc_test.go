@@ -338,13 +338,17 @@ func TestGRPCHealthAndShutdown(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, r.Status)
 
+	start := time.Now()
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
 	r, err = w.Recv()
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, r.Status, "shutting down")
-	// Let the watch go: the graceful stop then finishes at once.
-	cancel()
+	// The server ends the watch once it has said NOT_SERVING: the graceful
+	// stop then finishes at once.
+	_, err = w.Recv()
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 	assert.Equal(t, 0, s.Stop())
+	assert.Less(t, time.Since(start), 3*time.Second, "the stop did not wait out its 5 s grace period")
 }
 
 // A node that serves no hash slot cannot decide: UNAVAILABLE, so that

@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net"
 	"strconv"
@@ -547,8 +548,61 @@ func TestHealth(t *testing.T) {
 	r, err = w.Recv()
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, r.Status, "shutting down")
-	cancel() // the watch ends: the graceful stop can finish
-	<-stopped
+	// The server ends the watch once it has said NOT_SERVING: the graceful
+	// stop finishes without waiting out its 10 s.
+	_, err = w.Recv()
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	select {
+	case <-stopped:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Shutdown waited for the watch")
+	}
+}
+
+// Past MaxWatches a new health watch is refused; ending one frees its slot.
+func TestWatchesBounded(t *testing.T) {
+	const max = 3
+	h := newHarness(t, func(o *options) { o.cfg.MaxWatches = max })
+	watch := func(ctx context.Context, c healthpb.HealthClient) error {
+		w, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		r, err := w.Recv()
+		if err == nil && r.Status != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("status %v", r.Status)
+		}
+		return err
+	}
+	// Over two connections: the bound is the server's, not a connection's.
+	other := healthpb.NewHealthClient(dial(t, h.addr))
+	cancels := make([]context.CancelFunc, max)
+	for i := range max {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		defer cancel()
+		cancels[i] = cancel
+		c := h.health
+		if i%2 == 1 {
+			c = other
+		}
+		require.NoError(t, watch(ctx, c), "watch %d", i)
+	}
+	err := watch(ctxT(t), other)
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	assert.ErrorContains(t, err, "too many health watches")
+	// Check is not bounded.
+	r, err := h.health.Check(ctxT(t), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, r.Status)
+
+	cancels[0]()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	require.Eventually(t, func() bool {
+		return watch(ctx, h.health) == nil
+	}, 5*time.Second, 10*time.Millisecond, "a slot is freed when a watch ends")
+	err = watch(ctxT(t), other)
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "full again: %v", err)
 }
 
 // A handler's panic is an Internal error; the server goes on.
@@ -620,6 +674,8 @@ func TestConfigRefused(t *testing.T) {
 	assert.ErrorContains(t, err, "no engine")
 	_, err = New(Config{Engine: gateway.New(gateway.Config{}), MaxConns: -1})
 	assert.ErrorContains(t, err, "MaxConns")
+	_, err = New(Config{Engine: gateway.New(gateway.Config{}), MaxWatches: -1})
+	assert.ErrorContains(t, err, "MaxWatches")
 }
 
 // BenchmarkShouldRateLimit is the gRPC round trip of one decision (two

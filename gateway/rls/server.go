@@ -29,6 +29,7 @@ const (
 	DefaultMaxConcurrentStreams = 1024
 	DefaultMaxHeaderListBytes   = 64 << 10
 	DefaultConnectionTimeout    = 10 * time.Second
+	DefaultMaxWatches           = 256
 )
 
 // Config configures a Server. The zero value of each bound is its default.
@@ -54,6 +55,11 @@ type Config struct {
 	// ConnectionTimeout bounds a new connection's HTTP/2 handshake.
 	// Default 10 s.
 	ConnectionTimeout time.Duration
+	// MaxWatches bounds the grpc.health.v1.Health/Watch streams open at
+	// once, over all connections: a watch never ends on its own and holds
+	// ~10 KiB, so past it a new one is refused with RESOURCE_EXHAUSTED
+	// (Check is never bounded). Default DefaultMaxWatches.
+	MaxWatches int
 }
 
 // withDefaults fills the zero bounds and validates c.
@@ -79,6 +85,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ConnectionTimeout == 0 {
 		c.ConnectionTimeout = DefaultConnectionTimeout
 	}
+	if c.MaxWatches == 0 {
+		c.MaxWatches = DefaultMaxWatches
+	}
 	switch {
 	case c.MaxConns < 0:
 		return c, fmt.Errorf("rls: MaxConns must be positive, got %d", c.MaxConns)
@@ -86,15 +95,18 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("rls: MaxRecvBytes must be positive, got %d", c.MaxRecvBytes)
 	case c.ConnectionTimeout < 0:
 		return c, fmt.Errorf("rls: ConnectionTimeout must be positive, got %s", c.ConnectionTimeout)
+	case c.MaxWatches < 0:
+		return c, fmt.Errorf("rls: MaxWatches must be positive, got %d", c.MaxWatches)
 	}
 	return c, nil
 }
 
 // Server serves the RLS and gRPC health (grpc.health.v1) on one listener.
 type Server struct {
-	cfg    Config
-	grpc   *grpc.Server
-	health *health.Server
+	cfg     Config
+	grpc    *grpc.Server
+	health  *health.Server
+	watches *watches
 }
 
 // New returns a Server; Serve starts it.
@@ -103,7 +115,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, grpc: grpc.NewServer(serverOptions(cfg)...), health: health.NewServer()}
+	w := newWatches(cfg.MaxWatches)
+	opts := append(serverOptions(cfg), grpc.ChainStreamInterceptor(w.intercept))
+	s := &Server{cfg: cfg, grpc: grpc.NewServer(opts...), health: health.NewServer(), watches: w}
 	rlspb.RegisterRateLimitServiceServer(s.grpc, NewService(cfg.Engine, cfg.Headers, cfg.Logger))
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	// "" is the server as a whole (what a probe asks by default).
@@ -143,10 +157,14 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown reports NOT_SERVING on the health service (so that health
-// watchers and probes turn away), stops accepting, lets the calls in
-// flight finish for up to timeout, then closes every connection.
+// watchers and probes turn away), ends each health watch once it has told
+// its client so, stops accepting, lets the calls in flight finish for up
+// to timeout, then closes every connection.
 func (s *Server) Shutdown(timeout time.Duration) {
 	s.health.Shutdown()
+	// After health.Shutdown every watch's last or next status is not
+	// SERVING: a watch ends as soon as it has sent that.
+	s.watches.stop()
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
@@ -157,8 +175,9 @@ func (s *Server) Shutdown(timeout time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
-		// A health Watch stream never ends on its own: past the grace
-		// period the connections are closed under it.
+		// A watch whose client does not read its NOT_SERVING, or a
+		// call still running: past the grace period the connections are
+		// closed under it.
 		s.grpc.Stop()
 		<-done
 	}
