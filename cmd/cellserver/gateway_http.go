@@ -55,11 +55,16 @@ func startHTTP(cfg Config, eng *gateway.Engine, exec *commands.Server, log *slog
 		if err != nil {
 			return nil, fmt.Errorf("--http-on-error: %w", err)
 		}
+		forwarded, err := httpcheck.ParseForwarded(cfg.HTTPForwardedHeaders)
+		if err != nil {
+			return nil, fmt.Errorf("--http-forwarded-headers: %w", err)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/", httpcheck.New(httpcheck.Config{
 			Engine:      eng,
 			TrustedHops: cfg.HTTPTrustedHops,
 			OnError:     onError,
+			Forwarded:   forwarded,
 			Headers:     cfg.RateLimitHeaders,
 			Logger:      log,
 		}))
