@@ -549,6 +549,15 @@ func TestGatewayHTTPBounds(t *testing.T) {
 		assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 		resp = checkRaw(t, srv.HTTP, get+"X-Fits: "+strings.Repeat("b", 8<<10)+"\r\n\r\n")
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		// At the edge: 16 KiB, request line and final empty line included.
+		pad := func(n int) string {
+			return get + "X-Pad: " + strings.Repeat("b", n-len(get)-len("X-Pad: \r\n\r\n")) + "\r\n\r\n"
+		}
+		require.Len(t, pad(16<<10), 16<<10)
+		resp = checkRaw(t, srv.HTTP, pad(16<<10))
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		resp = checkRaw(t, srv.HTTP, pad(16<<10+1))
+		assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 	})
 	t.Run("connections", func(t *testing.T) {
 		srv := startCheckServer(t, "--http-max-conns", "2")
