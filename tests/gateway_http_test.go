@@ -619,3 +619,43 @@ func TestGatewayHTTPMetricsAddr(t *testing.T) {
 	resp, _ := checkGet(t, http.DefaultClient, "http://"+srv.HTTP+"/healthz")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 }
+
+// checkStartFails runs cellserver with checkPolicy and args and wants it to
+// exit non-zero, at once, with want in its output (and no panic).
+func checkStartFails(t *testing.T, want string, args ...string) {
+	t.Helper()
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(pol, []byte(checkPolicy), 0o644))
+	cmd := exec.Command(binPath, append([]string{"--in-memory", "--addr", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--policy-file", pol}, args...)...)
+	var out []byte
+	var err error
+	done := make(chan struct{})
+	go func() {
+		out, err = cmd.CombinedOutput()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("cellserver started with %q; output:\n%s", args, out)
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	assert.Equal(t, 1, exit.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), want)
+	assert.NotContains(t, string(out), "panic")
+}
+
+// A bad --http-forwarded-headers, and a taken --metrics-addr after
+// --http-addr listened, stop the start with a clear message: the servers
+// already started are shut down, not a nil stop called.
+func TestGatewayHTTPStartFails(t *testing.T) {
+	checkStartFails(t, "--http-forwarded-headers: forwarded headers must be original or forwarded",
+		"--http-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--http-forwarded-headers", "both")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	checkStartFails(t, "--metrics-addr", "--http-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--metrics-addr", ln.Addr().String())
+}
