@@ -42,6 +42,12 @@ descriptors:
       name: burst
       unit: minute
       requests_per_unit: 20
+  - key: path
+    value: /p/login
+    rate_limit:
+      name: login
+      unit: minute
+      requests_per_unit: 3
 `
 
 // checkClock is where the tests freeze the server clock: 30 s into a
@@ -228,6 +234,26 @@ http {
 			proxy_set_header X-Ratelimit-Deny-Status 403;
 		}
 
+		# Not in the doc: /p/ is limited per path (checkForgedPath).
+		location /p/ {
+			auth_request /_ratelimit_path;
+			error_page 403 = @ratelimited;
+			proxy_pass {{upstream}};
+		}
+
+		location = /_ratelimit_path {
+			internal;
+			proxy_pass http://cellserver/check/web?d=path;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_pass_request_body off;
+			proxy_set_header Content-Length "";
+			proxy_set_header X-Original-URI $request_uri;
+			proxy_set_header X-Original-Method $request_method;
+			proxy_set_header X-Forwarded-Host $host;
+			proxy_set_header X-Ratelimit-Deny-Status 403;
+		}
+
 		location @ratelimited {
 			add_header Retry-After $rl_retry_after always;
 			add_header RateLimit $rl always;
@@ -279,6 +305,10 @@ const checkCaddyfile = `{
 
 http://{{listen}} {
 	route {
+		# Not in the doc: /p/ is limited per path too (checkForgedPath).
+		forward_auth /p/* {{check}} {
+			uri /check/web?d=path
+		}
 		forward_auth {{check}} {
 			uri /check/web?d=remote_address
 			copy_headers RateLimit RateLimit-Policy X-RateLimit-Limit X-RateLimit-Remaining X-RateLimit-Used X-RateLimit-Reset X-RateLimit-Resource
@@ -359,12 +389,44 @@ func checkForgedXFF(t *testing.T, addr string) {
 	checkAllowed(t, resp, body, 2)
 }
 
+// A client forging the path headers (X-Original-URI, X-Forwarded-Uri) on
+// every request neither charges the /p/login bucket from another path nor
+// leaves it: the path is the one it requested. Each request comes from
+// another address, so that only the path bucket can refuse.
+func checkForgedPath(t *testing.T, addr string) {
+	t.Helper()
+	n := 0
+	get := func(path, forged string) int {
+		t.Helper()
+		n++
+		c := checkClientFrom(t, fmt.Sprintf("127.0.1.%d", n))
+		resp, body := checkGet(t, c, "http://"+addr+path, "X-Original-URI", forged, "X-Forwarded-Uri", forged)
+		if resp.StatusCode == http.StatusOK {
+			assert.Equal(t, "app", body)
+		}
+		return resp.StatusCode
+	}
+	for range 4 { // one more than /p/login's limit
+		assert.Equal(t, http.StatusOK, get("/p/other", "/p/login"), "a forged /p/login charges nothing")
+	}
+	for range 3 {
+		assert.Equal(t, http.StatusOK, get("/p/login", "/p/nope1"))
+	}
+	for _, forged := range []string{"/p/nope2", "/p/other", "/"} {
+		assert.Equal(t, http.StatusTooManyRequests, get("/p/login", forged), "a forged %s does not leave the /p/login bucket", forged)
+	}
+}
+
 func TestGatewayHTTPNginx(t *testing.T) {
 	for _, hops := range []string{"0", "1"} { // X-Real-IP, and X-Forwarded-For's last entry
 		t.Run("trusted-hops="+hops, func(t *testing.T) {
-			srv := startCheckServer(t, "--http-trusted-hops", hops)
+			// nginx overwrites X-Original-URI/-Method and passes a client's
+			// X-Forwarded-Uri on.
+			srv := startCheckServer(t, "--http-trusted-hops", hops, "--http-forwarded-headers", "original")
 			up := newCheckUpstream(t)
-			checkForgedXFF(t, startCheckNginx(t, srv.HTTP, up.URL))
+			addr := startCheckNginx(t, srv.HTTP, up.URL)
+			checkForgedXFF(t, addr)
+			checkForgedPath(t, addr)
 		})
 	}
 }
@@ -380,6 +442,9 @@ func TestGatewayHTTPCaddy(t *testing.T) {
 	resp, _ := checkGet(t, checkClientFrom(t, "127.0.0.4"), "http://"+addr+"/")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, `"per-ip";r=2;t=30`, up.last().Get("RateLimit"))
+	// Caddy overwrites X-Forwarded-Uri/-Method and passes a client's
+	// X-Original-URI on: the default --http-forwarded-headers forwarded.
+	checkForgedPath(t, addr)
 }
 
 // A burst of 10x the limit at one instant, from 50 concurrent clients,
@@ -484,6 +549,15 @@ func TestGatewayHTTPBounds(t *testing.T) {
 		assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 		resp = checkRaw(t, srv.HTTP, get+"X-Fits: "+strings.Repeat("b", 8<<10)+"\r\n\r\n")
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		// At the edge: 16 KiB, request line and final empty line included.
+		pad := func(n int) string {
+			return get + "X-Pad: " + strings.Repeat("b", n-len(get)-len("X-Pad: \r\n\r\n")) + "\r\n\r\n"
+		}
+		require.Len(t, pad(16<<10), 16<<10)
+		resp = checkRaw(t, srv.HTTP, pad(16<<10))
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		resp = checkRaw(t, srv.HTTP, pad(16<<10+1))
+		assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 	})
 	t.Run("connections", func(t *testing.T) {
 		srv := startCheckServer(t, "--http-max-conns", "2")
@@ -544,4 +618,44 @@ func TestGatewayHTTPMetricsAddr(t *testing.T) {
 	}
 	resp, _ := checkGet(t, http.DefaultClient, "http://"+srv.HTTP+"/healthz")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// checkStartFails runs cellserver with checkPolicy and args and wants it to
+// exit non-zero, at once, with want in its output (and no panic).
+func checkStartFails(t *testing.T, want string, args ...string) {
+	t.Helper()
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(pol, []byte(checkPolicy), 0o644))
+	cmd := exec.Command(binPath, append([]string{"--in-memory", "--addr", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--policy-file", pol}, args...)...)
+	var out []byte
+	var err error
+	done := make(chan struct{})
+	go func() {
+		out, err = cmd.CombinedOutput()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("cellserver started with %q; output:\n%s", args, out)
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	assert.Equal(t, 1, exit.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), want)
+	assert.NotContains(t, string(out), "panic")
+}
+
+// A bad --http-forwarded-headers, and a taken --metrics-addr after
+// --http-addr listened, stop the start with a clear message: the servers
+// already started are shut down, not a nil stop called.
+func TestGatewayHTTPStartFails(t *testing.T) {
+	checkStartFails(t, "--http-forwarded-headers: forwarded headers must be original or forwarded",
+		"--http-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--http-forwarded-headers", "both")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	checkStartFails(t, "--metrics-addr", "--http-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--metrics-addr", ln.Addr().String())
 }

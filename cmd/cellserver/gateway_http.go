@@ -20,7 +20,7 @@ import (
 // them down, letting answers under way finish for a few seconds.
 func startHTTP(cfg Config, eng *gateway.Engine, exec *commands.Server, log *slog.Logger) (stop func(), err error) {
 	var servers []*http.Server
-	stop = func() {
+	shutdown := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		for _, s := range servers {
@@ -45,8 +45,8 @@ func startHTTP(cfg Config, eng *gateway.Engine, exec *commands.Server, log *slog
 		return nil
 	}
 	defer func() {
-		if err != nil {
-			stop()
+		if err != nil { // stop is nil here: shut down what was started
+			shutdown()
 		}
 	}()
 	metrics := metricsHandler(exec)
@@ -55,11 +55,16 @@ func startHTTP(cfg Config, eng *gateway.Engine, exec *commands.Server, log *slog
 		if err != nil {
 			return nil, fmt.Errorf("--http-on-error: %w", err)
 		}
+		forwarded, err := httpcheck.ParseForwarded(cfg.HTTPForwardedHeaders)
+		if err != nil {
+			return nil, fmt.Errorf("--http-forwarded-headers: %w", err)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/", httpcheck.New(httpcheck.Config{
 			Engine:      eng,
 			TrustedHops: cfg.HTTPTrustedHops,
 			OnError:     onError,
+			Forwarded:   forwarded,
 			Headers:     cfg.RateLimitHeaders,
 			Logger:      log,
 		}))
@@ -75,5 +80,5 @@ func startHTTP(cfg Config, eng *gateway.Engine, exec *commands.Server, log *slog
 			return nil, err
 		}
 	}
-	return stop, nil
+	return shutdown, nil
 }

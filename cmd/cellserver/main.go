@@ -68,14 +68,15 @@ type Config struct {
 	TrackingMaxKeys         int
 
 	// Gateways (gateways.go).
-	PolicyFile       string            // envoyproxy/ratelimit-format YAML, hot-reloaded
-	HTTPAddr         string            // forward-auth check, /json, /metrics
-	GRPCAddr         string            // Envoy RLS v3 and gRPC health
-	MetricsAddr      string            // /metrics on its own address (default: on HTTPAddr)
-	HTTPTrustedHops  int               // proxies in front whose X-Forwarded-For entries are trusted
-	HTTPOnError      string            // allow | deny: the check's answer when the store cannot decide
-	HTTPMaxConns     int               // simultaneous HTTP connections
-	RateLimitHeaders header.Convention // which header sets the gateways write
+	PolicyFile           string            // envoyproxy/ratelimit-format YAML, hot-reloaded
+	HTTPAddr             string            // forward-auth check, /json, /metrics
+	GRPCAddr             string            // Envoy RLS v3 and gRPC health
+	MetricsAddr          string            // /metrics on its own address (default: on HTTPAddr)
+	HTTPTrustedHops      int               // proxies in front whose X-Forwarded-For entries are trusted
+	HTTPOnError          string            // allow | deny: the check's answer when the store cannot decide
+	HTTPForwardedHeaders string            // forwarded | original: the method/path headers the gateway overwrites
+	HTTPMaxConns         int               // simultaneous HTTP connections
+	RateLimitHeaders     header.Convention // which header sets the gateways write
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -110,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this `host:port` (default: on --http-addr, if set)")
 	fs.IntVar(&c.HTTPTrustedHops, "http-trusted-hops", 0, "number of proxies in front of the HTTP check whose X-Forwarded-For entries are trusted; 0 uses X-Real-IP, else the peer address")
 	fs.StringVar(&c.HTTPOnError, "http-on-error", "deny", "the HTTP check's answer when the store cannot decide: allow (200) or deny (429)")
+	fs.StringVar(&c.HTTPForwardedHeaders, "http-forwarded-headers", "forwarded", "the headers the HTTP check reads method and path from, the ones the gateway in front overwrites: forwarded (X-Forwarded-Method/-Uri: Traefik, Caddy) or original (X-Original-Method/-URI: nginx); host is X-Forwarded-Host")
 	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", 10000, "maximum simultaneous connections of the HTTP check and, counted apart, of the gRPC service")
 	rlHeaders := fs.String("rate-limit-headers", header.Default.String(), "header sets the gateways write: a comma list of ietf (RateLimit, RateLimit-Policy), x (X-RateLimit-*, Reset in epoch seconds) or x-delta (Reset in seconds from now), or none")
 	fs.Usage = func() {

@@ -123,10 +123,10 @@ func (h *Handler) value(r *http.Request, src string, client *string) (v string, 
 		}
 		return *client, true, nil
 	case src == srcMethod:
-		v = firstOf(r.Header, "X-Original-Method", "X-Forwarded-Method")
+		v = r.Header.Get(h.method)
 		return strings.ToUpper(v), v != "", nil
 	case src == srcPath:
-		v = firstOf(r.Header, "X-Original-Uri", "X-Forwarded-Uri")
+		v = r.Header.Get(h.path)
 		if v == "" {
 			return "", false, nil
 		}
@@ -151,16 +151,6 @@ func (h *Handler) value(r *http.Request, src string, client *string) (v string, 
 		return src[len(srcValue):], true, nil
 	}
 	return "", false, fmt.Errorf("unknown descriptor source %q (want remote_address, method, path, host, header:<Name> or value:<text>)", src)
-}
-
-// firstOf is the first of the headers names that r has.
-func firstOf(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // normalPath is the path of a request URI as the gateway routes it: no

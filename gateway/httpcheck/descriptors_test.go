@@ -14,7 +14,12 @@ import (
 // buildRequest needs no engine: these tests run on a bare Handler.
 func buildFor(t *testing.T, hops int, target string, hdr ...string) ([]policy.Descriptor, error) {
 	t.Helper()
-	h := New(Config{TrustedHops: hops})
+	return buildWith(t, Config{TrustedHops: hops}, target, hdr...)
+}
+
+func buildWith(t *testing.T, cfg Config, target string, hdr ...string) ([]policy.Descriptor, error) {
+	t.Helper()
+	h := New(cfg)
 	var got []policy.Descriptor
 	var err error
 	// Route through the handler's mux so that the {domain} path value is set.
@@ -55,33 +60,55 @@ func withHits(n uint64, ds ...policy.Descriptor) []policy.Descriptor {
 func TestDescriptorsFromRequest(t *testing.T) {
 	nginx := []string{"X-Original-URI", "/v1/../login//x/%41?q=1", "X-Original-Method", "post", "X-Forwarded-Host", "API.Example.com:8443"}
 	traefik := []string{"X-Forwarded-Uri", "/items/", "X-Forwarded-Method", "GET", "X-Forwarded-Host", "example.org."}
+	both := append(append([]string{}, nginx...), traefik...)
 	for _, c := range []struct {
 		name   string
+		fwd    Forwarded
 		target string
 		hdr    []string
 		want   []policy.Descriptor
 	}{
-		{"default", "/check/api", nil, []policy.Descriptor{desc("remote_address", "192.0.2.1")}},
-		{"nginx", "/check/api?d=method,path&d=host", nginx,
+		{"default", XForwarded, "/check/api", nil, []policy.Descriptor{desc("remote_address", "192.0.2.1")}},
+		{"nginx", XOriginal, "/check/api?d=method,path&d=host", nginx,
 			[]policy.Descriptor{desc("method", "POST", "path", "/login/x/A"), desc("host", "api.example.com")}},
-		{"traefik", "/check/api?d=path,method,host", traefik,
+		{"traefik", XForwarded, "/check/api?d=path,method,host", traefik,
 			[]policy.Descriptor{desc("path", "/items/", "method", "GET", "host", "example.org")}},
-		{"nginx headers win", "/check/api?d=path", append(append([]string{}, nginx...), traefik...),
-			[]policy.Descriptor{desc("path", "/login/x/A")}},
-		{"renamed keys and constants", "/check/api?d=api_key=header:X-Api-Key,value:v1&d=route=value:a=b&hits=7",
+		// A gateway passes the family it does not set through from the
+		// client: that one is never read.
+		{"forwarded ignores X-Original", XForwarded, "/check/api?d=path,method", both,
+			[]policy.Descriptor{desc("path", "/items/", "method", "GET")}},
+		{"forwarded without X-Forwarded", XForwarded, "/check/api?d=path&d=method", nginx, nil},
+		{"original ignores X-Forwarded", XOriginal, "/check/api?d=path,method", both,
+			[]policy.Descriptor{desc("path", "/login/x/A", "method", "POST")}},
+		{"original without X-Original", XOriginal, "/check/api?d=path&d=method&d=host", traefik,
+			[]policy.Descriptor{desc("host", "example.org")}},
+		{"renamed keys and constants", XForwarded, "/check/api?d=api_key=header:X-Api-Key,value:v1&d=route=value:a=b&hits=7",
 			[]string{"X-Api-Key", "k1", "X-Api-Key", "k2"},
 			withHits(7, desc("api_key", "k1,k2", "generic_key", "v1"), desc("route", "a=b"))},
-		{"hits=0 checks", "/check/api?hits=0", nil, withHits(0, desc("remote_address", "192.0.2.1"))},
-		{"bare header key", "/check/api?d=header:X-User", []string{"X-User", "u"}, []policy.Descriptor{desc("X-User", "u")}},
-		{"missing sources drop their descriptor", "/check/api?d=header:X-None&d=remote_address,path&d=method&d=remote_address", nil,
+		{"hits=0 checks", XForwarded, "/check/api?hits=0", nil, withHits(0, desc("remote_address", "192.0.2.1"))},
+		{"bare header key", XForwarded, "/check/api?d=header:X-User", []string{"X-User", "u"}, []policy.Descriptor{desc("X-User", "u")}},
+		{"missing sources drop their descriptor", XForwarded, "/check/api?d=header:X-None&d=remote_address,path&d=method&d=remote_address", nil,
 			[]policy.Descriptor{desc("remote_address", "192.0.2.1")}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := buildFor(t, 0, c.target, c.hdr...)
+			got, err := buildWith(t, Config{Forwarded: c.fwd}, c.target, c.hdr...)
 			require.NoError(t, err)
 			assert.Equal(t, c.want, got)
 		})
 	}
+}
+
+func TestParseForwarded(t *testing.T) {
+	for _, s := range []string{"forwarded", "original"} {
+		f, err := ParseForwarded(s)
+		require.NoError(t, err)
+		assert.Equal(t, s, f.String())
+	}
+	f, err := ParseForwarded("")
+	assert.Error(t, err)
+	assert.Equal(t, XForwarded, f)
+	_, err = ParseForwarded("both")
+	assert.ErrorContains(t, err, "original or forwarded")
 }
 
 func TestNormalPath(t *testing.T) {

@@ -17,9 +17,9 @@
 // [key=]source, the source's value taken from the forwarded request:
 //
 //	remote_address   the client IP (see TrustedHops)
-//	method           X-Original-Method (nginx), else X-Forwarded-Method
-//	path             X-Original-URI (nginx), else X-Forwarded-Uri: the path
-//	                 without its query, percent-decoded and normalised
+//	method           X-Forwarded-Method, or X-Original-Method (see Forwarded)
+//	path             X-Forwarded-Uri, or X-Original-URI (see Forwarded): the
+//	                 path without its query, percent-decoded and normalised
 //	host             X-Forwarded-Host, lower-cased, without its port
 //	header:<Name>    the request header Name (its values joined by ",")
 //	value:<text>     the constant text (Envoy's generic_key)
@@ -97,6 +97,50 @@ func (o OnError) String() string {
 	return "deny"
 }
 
+// Forwarded names the header family the method and path sources are read
+// from. Only the family the gateway in front sets, overwriting what the
+// client sent, may be read: a gateway passes every other client header
+// through to the check, so a client that wrote the other family itself
+// would pick its own bucket.
+type Forwarded uint8
+
+const (
+	// XForwarded reads X-Forwarded-Method and X-Forwarded-Uri, which
+	// Traefik's forwardAuth and Caddy's forward_auth overwrite (and the
+	// HAProxy sketch sets): the zero value.
+	XForwarded Forwarded = iota
+	// XOriginal reads X-Original-Method and X-Original-URI, which nginx's
+	// proxy_set_header overwrites (its configuration must set both).
+	XOriginal
+)
+
+// ParseForwarded parses --http-forwarded-headers's value: "forwarded" or
+// "original".
+func ParseForwarded(s string) (Forwarded, error) {
+	switch s {
+	case "forwarded":
+		return XForwarded, nil
+	case "original":
+		return XOriginal, nil
+	}
+	return XForwarded, fmt.Errorf("forwarded headers must be original or forwarded, got %q", s)
+}
+
+func (f Forwarded) String() string {
+	if f == XOriginal {
+		return "original"
+	}
+	return "forwarded"
+}
+
+// headers are the method and path headers of f.
+func (f Forwarded) headers() (method, path string) {
+	if f == XOriginal {
+		return "X-Original-Method", "X-Original-Uri"
+	}
+	return "X-Forwarded-Method", "X-Forwarded-Uri"
+}
+
 // Config configures a Handler.
 type Config struct {
 	Engine *gateway.Engine
@@ -110,6 +154,11 @@ type Config struct {
 	// OnError is the answer when the store cannot decide (Deny: fail
 	// closed).
 	OnError OnError
+	// Forwarded is the header family of the method and path sources: the
+	// one the gateway in front overwrites (XForwarded, the zero value:
+	// Traefik, Caddy; XOriginal: nginx). The other family is never read.
+	// host is X-Forwarded-Host under both.
+	Forwarded Forwarded
 	// Headers are the header sets written; the zero value writes none
 	// (cmd/cellserver passes --rate-limit-headers, header.Default unless
 	// told otherwise).
@@ -128,6 +177,8 @@ type Handler struct {
 	eng     *gateway.Engine
 	hops    int
 	onError OnError
+	method  string // the method source's header
+	path    string // the path source's header
 	conv    header.Convention
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -145,8 +196,11 @@ func New(cfg Config) *Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	method, path := cfg.Forwarded.headers()
 	h := &Handler{
 		eng:     cfg.Engine,
+		method:  method,
+		path:    path,
 		hops:    cfg.TrustedHops,
 		onError: cfg.OnError,
 		conv:    cfg.Headers,

@@ -190,8 +190,8 @@ func TestHeaderConventionFromConfig(t *testing.T) {
 func TestDenyStatus(t *testing.T) {
 	f := newFixture(t)
 	deny := []string{DenyStatusHeader, "403"}
-	assert.Equal(t, 200, f.do(t, "/check/api?d=path", "192.0.2.1:1", append(deny, "X-Original-URI", "/login")...).StatusCode)
-	resp := f.do(t, "/check/api?d=path", "192.0.2.1:1", append(deny, "X-Original-URI", "/login?x=1")...)
+	assert.Equal(t, 200, f.do(t, "/check/api?d=path", "192.0.2.1:1", append(deny, "X-Forwarded-Uri", "/login")...).StatusCode)
+	resp := f.do(t, "/check/api?d=path", "192.0.2.1:1", append(deny, "X-Forwarded-Uri", "/login?x=1")...)
 	assert.Equal(t, 403, resp.StatusCode, "the asked-for status replaces 429")
 	assert.Equal(t, "30", resp.Header.Get("Retry-After"))
 	assert.Equal(t, `"login";r=0;t=30`, resp.Header.Get("RateLimit"))
@@ -220,6 +220,30 @@ func TestForgedForwardedForKeepsOwnBucket(t *testing.T) {
 	assert.Equal(t, `"per-ip";r=1;t=30`, resp.Header.Get("RateLimit"))
 }
 
+// Behind Caddy or Traefik (which overwrite X-Forwarded-* and pass every
+// other client header on) a client-sent X-Original-URI never picks the
+// path bucket; behind nginx (which overwrites X-Original-*) a client-sent
+// X-Forwarded-Uri never does.
+func TestForgedPathHeaderKeepsTheBucket(t *testing.T) {
+	for _, c := range []struct {
+		fwd         Forwarded
+		set, forged string // the gateway's header, the client's
+	}{
+		{XForwarded, "X-Forwarded-Uri", "X-Original-URI"},
+		{XOriginal, "X-Original-URI", "X-Forwarded-Uri"},
+	} {
+		t.Run(c.fwd.String(), func(t *testing.T) {
+			f := newFixture(t, func(cfg *Config) { cfg.Forwarded = c.fwd })
+			// A forged /login charges nothing: the request is /other.
+			assert.Equal(t, 200, f.do(t, "/check/api?d=path", "192.0.2.1:1", c.set, "/other", c.forged, "/login").StatusCode)
+			assert.Equal(t, 200, f.do(t, "/check/api?d=path", "192.0.2.1:1", c.set, "/login", c.forged, "/nope1").StatusCode)
+			resp := f.do(t, "/check/api?d=path", "192.0.2.1:1", c.set, "/login", c.forged, "/nope2")
+			assert.Equal(t, 429, resp.StatusCode, "a forged %s does not leave the /login bucket", c.forged)
+			assert.Equal(t, `"login";r=0;t=30`, resp.Header.Get("RateLimit"))
+		})
+	}
+}
+
 func TestUnknownDomainAllows(t *testing.T) {
 	f := newFixture(t)
 	resp := f.do(t, "/check/nosuch", "192.0.2.1:1")
@@ -243,7 +267,7 @@ func TestBadRequests(t *testing.T) {
 		{"/check/api?d=", nil, "empty descriptor"},
 		{"/check/api?d==remote_address", nil, "has no key"},
 		{"/check/api?d=header:", nil, "names no header"},
-		{"/check/api?d=" + strings.Repeat("method,", MaxEntries) + "method", []string{"X-Original-Method", "GET"}, "at most 16"},
+		{"/check/api?d=" + strings.Repeat("method,", MaxEntries) + "method", []string{"X-Forwarded-Method", "GET"}, "at most 16"},
 		{"/check/api?d=user=header:X-User", []string{"X-User", strings.Repeat("u", 300)}, "key exceeds the maximum size"},
 		{"/check/api", []string{"X-Real-IP", "not-an-ip"}, `X-Real-IP "not-an-ip" is not an IP address`},
 		{"/check/", nil, "names no domain"},

@@ -108,7 +108,9 @@ func fromProto(in *rlsv3.RateLimitRequest) (*gateway.Request, error) {
 			}
 			u, ok := unitFromProto[o.GetUnit()]
 			if !ok {
-				return nil, fmt.Errorf("descriptor %d: a limit override needs a unit", i)
+				// A unit this build does not know (a later Envoy's):
+				// refused rather than decided as some other window.
+				return nil, fmt.Errorf("descriptor %d: a limit override with unknown unit %d", i, int32(o.GetUnit()))
 			}
 			d.Override = &policy.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u}
 		}
@@ -116,13 +118,18 @@ func fromProto(in *rlsv3.RateLimitRequest) (*gateway.Request, error) {
 	return req, nil
 }
 
+// unitFromProto are the units a limit override may name, as the gRPC
+// service's (gateway/rls): UNKNOWN (no unit given) is passed on, and the
+// policy then ignores the override and applies the file's rule, as
+// envoyproxy/ratelimit does.
 var unitFromProto = map[typev3.RateLimitUnit]policy.Unit{
-	typev3.RateLimitUnit_SECOND: policy.Second,
-	typev3.RateLimitUnit_MINUTE: policy.Minute,
-	typev3.RateLimitUnit_HOUR:   policy.Hour,
-	typev3.RateLimitUnit_DAY:    policy.Day,
-	typev3.RateLimitUnit_MONTH:  policy.Month,
-	typev3.RateLimitUnit_YEAR:   policy.Year,
+	typev3.RateLimitUnit_UNKNOWN: policy.UnitUnknown,
+	typev3.RateLimitUnit_SECOND:  policy.Second,
+	typev3.RateLimitUnit_MINUTE:  policy.Minute,
+	typev3.RateLimitUnit_HOUR:    policy.Hour,
+	typev3.RateLimitUnit_DAY:     policy.Day,
+	typev3.RateLimitUnit_MONTH:   policy.Month,
+	typev3.RateLimitUnit_YEAR:    policy.Year,
 }
 
 var unitToProto = map[policy.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{

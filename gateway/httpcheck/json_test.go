@@ -1,6 +1,7 @@
 package httpcheck
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -96,6 +97,29 @@ func TestJSONHitsAndOverride(t *testing.T) {
 	assert.Equal(t, 429, resp.StatusCode, body)
 }
 
+// An override with unit UNKNOWN (none given) is ignored, as the gRPC
+// service and envoyproxy/ratelimit do: the file's 3 a minute applies.
+func TestJSONOverrideWithoutUnitIsIgnored(t *testing.T) {
+	f := newFixture(t)
+	for _, limit := range []string{`{"requests_per_unit":1}`, `{"requests_per_unit":1,"unit":"UNKNOWN"}`} {
+		user := fmt.Sprintf("u%d", len(limit))
+		req := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"` + user + `"}],"limit":` + limit + `}]}`
+		for i := range 3 {
+			resp, body := f.post(t, req)
+			require.Equal(t, 200, resp.StatusCode, "%s #%d: %s", limit, i, body)
+			var out rlsv3.RateLimitResponse
+			require.NoError(t, protojson.Unmarshal([]byte(body), &out))
+			cl := out.GetStatuses()[0].GetCurrentLimit()
+			assert.Equal(t, "per-user", cl.GetName())
+			assert.Equal(t, uint32(3), cl.GetRequestsPerUnit())
+			assert.Equal(t, rlsv3.RateLimitResponse_RateLimit_MINUTE, cl.GetUnit())
+			assert.Equal(t, uint32(2-i), out.GetStatuses()[0].GetLimitRemaining())
+		}
+		resp, body := f.post(t, req)
+		assert.Equal(t, 429, resp.StatusCode, "%s: %s", limit, body)
+	}
+}
+
 func TestJSONErrors(t *testing.T) {
 	f := newFixture(t)
 	many := strings.Repeat(`{"entries":[{"key":"user","value":"x"}]},`, 17)
@@ -111,7 +135,7 @@ func TestJSONErrors(t *testing.T) {
 		{`{"domain":"api","descriptors":[` + strings.TrimSuffix(many, ",") + `]}`, 400, "more than 16 descriptors"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"is_negative_hits":true}]}`, 400, "negative hits"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"limit":{"requests_per_unit":1,"unit":"SECOND","unit_multiplier":2}}]}`, 400, "unit_multiplier"},
-		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"limit":{"requests_per_unit":1}}]}`, 400, "needs a unit"},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"limit":{"requests_per_unit":1,"unit":99}}]}`, 400, "unknown unit 99"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("v", 300) + `"}]}]}`, 400, "key exceeds"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("v", MaxJSONBody) + `"}]}]}`, 413, "request body over 1048576 bytes"},
 	} {

@@ -13,8 +13,9 @@ import (
 // The bounds NewServer sets. A check request is one header block and no
 // body (a /json body is bounded apart, by MaxJSONBody).
 const (
-	// MaxHeaderBytes bounds a request's header block; a larger one is
-	// answered 431 by net/http.
+	// MaxHeaderBytes bounds a request's header block, its request line
+	// and final empty line included; a larger one is answered 431 by
+	// net/http.
 	MaxHeaderBytes = 16 << 10
 	// ReadHeaderTimeout bounds the time to read a request's headers
 	// (slow-loris clients).
@@ -27,6 +28,11 @@ const (
 	// IdleTimeout closes a keep-alive connection idle this long.
 	IdleTimeout = 120 * time.Second
 )
+
+// headerSlop is what net/http reads past http.Server.MaxHeaderBytes
+// before it answers 431 (its "bufio slop"): NewServer subtracts it, so
+// that the bound is MaxHeaderBytes.
+const headerSlop = 4096
 
 // NewServer returns an http.Server serving h with the bounds above; a
 // panic in h is answered 500 and logged on one line, and the server goes
@@ -41,7 +47,7 @@ func NewServer(h http.Handler, log *slog.Logger) *http.Server {
 		ReadTimeout:       ReadTimeout,
 		WriteTimeout:      WriteTimeout,
 		IdleTimeout:       IdleTimeout,
-		MaxHeaderBytes:    MaxHeaderBytes,
+		MaxHeaderBytes:    MaxHeaderBytes - headerSlop,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }

@@ -77,12 +77,40 @@ func testMux() http.Handler {
 	return mux
 }
 
+// headerBlock is a GET of path whose header block, request line and final
+// empty line included, is n bytes.
+func headerBlock(path string, n int) string {
+	head := "GET " + path + " HTTP/1.1\r\nHost: check\r\nX-Pad: "
+	const tail = "\r\n\r\n"
+	return head + strings.Repeat("a", n-len(head)-len(tail)) + tail
+}
+
 func TestOversizedHeaderIs431(t *testing.T) {
 	addr, _ := serve(t, 10, testMux())
 	resp, _ := dial(t, addr).get("/ok", "X-Big: "+strings.Repeat("a", 2*MaxHeaderBytes)+"\r\n")
 	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 	resp, _ = dial(t, addr).get("/ok", "X-Small: "+strings.Repeat("a", MaxHeaderBytes/2)+"\r\n")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// The bound is MaxHeaderBytes exactly, not net/http's MaxHeaderBytes+4096.
+func TestHeaderBoundAtItsEdge(t *testing.T) {
+	addr, _ := serve(t, 10, testMux())
+	for n, want := range map[int]int{
+		MaxHeaderBytes:     http.StatusOK,
+		MaxHeaderBytes + 1: http.StatusRequestHeaderFieldsTooLarge,
+	} {
+		req := headerBlock("/ok", n)
+		require.Len(t, req, n)
+		c := dial(t, addr)
+		require.NoError(t, c.nc.SetDeadline(time.Now().Add(10*time.Second)))
+		_, err := io.WriteString(c.nc, req)
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(c.r, nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, want, resp.StatusCode, "a header block of %d bytes", n)
+	}
 }
 
 func TestPanicIs500AndTheServerGoesOn(t *testing.T) {
