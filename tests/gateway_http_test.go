@@ -621,8 +621,9 @@ func TestGatewayHTTPMetricsAddr(t *testing.T) {
 }
 
 // checkStartFails runs cellserver with checkPolicy and args and wants it to
-// exit non-zero, at once, with want in its output (and no panic).
-func checkStartFails(t *testing.T, want string, args ...string) {
+// exit with code (2: a bad flag, 1: a failed start), at once, with want in
+// its output (and no panic).
+func checkStartFails(t *testing.T, code int, want string, args ...string) {
 	t.Helper()
 	pol := filepath.Join(t.TempDir(), "policy.yaml")
 	require.NoError(t, os.WriteFile(pol, []byte(checkPolicy), 0o644))
@@ -643,7 +644,7 @@ func checkStartFails(t *testing.T, want string, args ...string) {
 	}
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "%s", out)
-	assert.Equal(t, 1, exit.ExitCode(), "%s", out)
+	assert.Equal(t, code, exit.ExitCode(), "%s", out)
 	assert.Contains(t, string(out), want)
 	assert.NotContains(t, string(out), "panic")
 }
@@ -652,10 +653,10 @@ func checkStartFails(t *testing.T, want string, args ...string) {
 // --http-addr listened, stop the start with a clear message: the servers
 // already started are shut down, not a nil stop called.
 func TestGatewayHTTPStartFails(t *testing.T) {
-	checkStartFails(t, "--http-forwarded-headers: forwarded headers must be original or forwarded",
+	checkStartFails(t, 2, "--http-forwarded-headers must be forwarded or original, got \"both\"",
 		"--http-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--http-forwarded-headers", "both")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	checkStartFails(t, "--metrics-addr", "--http-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--metrics-addr", ln.Addr().String())
+	checkStartFails(t, 1, "--metrics-addr", "--http-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--metrics-addr", ln.Addr().String())
 }

@@ -21,6 +21,11 @@ func checkGatewayFlags(c *Config) error {
 	default:
 		return fmt.Errorf("--http-on-error must be allow or deny, got %q", c.HTTPOnError)
 	}
+	switch c.HTTPForwardedHeaders {
+	case "forwarded", "original":
+	default:
+		return fmt.Errorf("--http-forwarded-headers must be forwarded or original, got %q", c.HTTPForwardedHeaders)
+	}
 	if c.HTTPTrustedHops < 0 {
 		return fmt.Errorf("--http-trusted-hops must not be negative, got %d", c.HTTPTrustedHops)
 	}
