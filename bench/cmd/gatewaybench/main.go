@@ -173,7 +173,7 @@ func run(rounds int, dur time.Duration, clients, nkeys int, bin, outDir string) 
 	fmt.Fprintf(&b, "`go run ./bench/cmd/gatewaybench --rounds %d --duration %s --clients %d --keys %d`: one cellserver "+
 		"(default flags, default persistence) with --policy-file, --http-addr, --grpc-addr; %d concurrent keep-alive "+
 		"clients in this process (go-redis pool, net/http, one grpc.ClientConn each); one fixed-window limit per call "+
-		"on a key picked at random among %d; rounds alternate the front ends. %s\n\n",
+		"on a key picked at random among %d; rounds alternate the front ends. Load average at the end: %s.\n\n",
 		rounds, dur, clients, nkeys, clients, nkeys, bench.LoadAvg())
 	b.WriteString("| front end | calls/s (median) | vs RESP | server CPU µs/call (median) | vs RESP | rounds calls/s |\n|---|---:|---:|---:|---:|---|\n")
 	base, baseCPU := median(results[0].calls), median(results[0].cpuPerCall)
