@@ -4,18 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cellserver/cellserver/gateway"
-	"github.com/cellserver/cellserver/gateway/header"
-	"github.com/cellserver/cellserver/gateway/policy"
+	"github.com/cellserver/cellserver/gateway/rls"
 )
 
 // MaxJSONBody is the largest /json request body: 16 descriptors of 16
@@ -47,7 +42,7 @@ func (h *Handler) json(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, fmt.Errorf("not a RateLimitRequest in proto JSON: %v", err))
 		return
 	}
-	req, err := fromProto(&in)
+	req, err := rls.Request(&in)
 	if err != nil {
 		badRequest(w, err)
 		return
@@ -64,7 +59,7 @@ func (h *Handler) json(w http.ResponseWriter, r *http.Request) {
 	}
 	v := d.Values()
 	fields := h.conv.Append(nil, &v)
-	out, err := protojson.Marshal(toProto(d, fields))
+	out, err := protojson.Marshal(rls.Response(d, h.conv))
 	if err != nil { // messages of plain fields: cannot fail
 		http.Error(w, "encoding the response failed", http.StatusInternalServerError)
 		return
@@ -75,97 +70,4 @@ func (h *Handler) json(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	_, _ = w.Write(out)
-}
-
-// fromProto is the engine's request for an RLS request; what it cannot
-// express (negative hits, a unit multiplier) is refused, not ignored.
-func fromProto(in *rlsv3.RateLimitRequest) (*gateway.Request, error) {
-	if len(in.GetDescriptors()) == 0 {
-		return nil, errors.New("the request has no descriptors")
-	}
-	if len(in.GetDescriptors()) > gateway.MaxDescriptors {
-		return nil, gateway.ErrTooManyDescriptors
-	}
-	req := &gateway.Request{Domain: in.GetDomain(), HitsAddend: uint64(in.GetHitsAddend())}
-	req.Descriptors = make([]policy.Descriptor, len(in.GetDescriptors()))
-	for i, pd := range in.GetDescriptors() {
-		d := &req.Descriptors[i]
-		if len(pd.GetEntries()) > MaxEntries {
-			return nil, fmt.Errorf("descriptor %d has %d entries, at most %d are allowed", i, len(pd.GetEntries()), MaxEntries)
-		}
-		if pd.GetIsNegativeHits() {
-			return nil, fmt.Errorf("descriptor %d: negative hits are not supported", i)
-		}
-		for _, e := range pd.GetEntries() {
-			d.Entries = append(d.Entries, policy.Entry{Key: e.GetKey(), Value: e.GetValue()})
-		}
-		if pd.GetHitsAddend() != nil {
-			d.HitsAddend, d.HasHits = pd.GetHitsAddend().GetValue(), true
-		}
-		if o := pd.GetLimit(); o != nil {
-			if m := o.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
-				return nil, fmt.Errorf("descriptor %d: a limit override's unit_multiplier is not supported", i)
-			}
-			u, ok := unitFromProto[o.GetUnit()]
-			if !ok {
-				// A unit this build does not know (a later Envoy's):
-				// refused rather than decided as some other window.
-				return nil, fmt.Errorf("descriptor %d: a limit override with unknown unit %d", i, int32(o.GetUnit()))
-			}
-			d.Override = &policy.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u}
-		}
-	}
-	return req, nil
-}
-
-// unitFromProto are the units a limit override may name, as the gRPC
-// service's (gateway/rls): UNKNOWN (no unit given) is passed on, and the
-// policy then ignores the override and applies the file's rule, as
-// envoyproxy/ratelimit does.
-var unitFromProto = map[typev3.RateLimitUnit]policy.Unit{
-	typev3.RateLimitUnit_UNKNOWN: policy.UnitUnknown,
-	typev3.RateLimitUnit_SECOND:  policy.Second,
-	typev3.RateLimitUnit_MINUTE:  policy.Minute,
-	typev3.RateLimitUnit_HOUR:    policy.Hour,
-	typev3.RateLimitUnit_DAY:     policy.Day,
-	typev3.RateLimitUnit_MONTH:   policy.Month,
-	typev3.RateLimitUnit_YEAR:    policy.Year,
-}
-
-var unitToProto = map[policy.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
-	policy.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
-	policy.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
-	policy.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
-	policy.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
-	policy.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
-	policy.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
-	policy.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
-}
-
-// toProto is the RLS response of a decision, fields its headers.
-func toProto(d *gateway.Decision, fields []header.Field) *rlsv3.RateLimitResponse {
-	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_Code(d.Overall)}
-	for _, s := range d.Statuses {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{
-			Code:           rlsv3.RateLimitResponse_Code(s.Code),
-			LimitRemaining: s.Remaining,
-		}
-		if s.Limit != nil {
-			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-				Name:            s.Limit.Name,
-				RequestsPerUnit: s.Limit.RequestsPerUnit,
-				Unit:            unitToProto[s.Limit.Unit],
-			}
-			if s.Limit.Unlimited {
-				st.LimitRemaining = math.MaxUint32
-			} else {
-				st.DurationUntilReset = durationpb.New(s.ResetAfter)
-			}
-		}
-		out.Statuses = append(out.Statuses, st)
-	}
-	for _, f := range fields {
-		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: f.Name, Value: f.Value})
-	}
-	return out
 }

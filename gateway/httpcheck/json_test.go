@@ -133,7 +133,7 @@ func TestJSONErrors(t *testing.T) {
 		{`{"domain":"api","descriptors":[]}`, 400, "no descriptors"},
 		{`{"domain":"","descriptors":[{"entries":[{"key":"user","value":"x"}]}]}`, 400, "names no domain"},
 		{`{"domain":"api","descriptors":[` + strings.TrimSuffix(many, ",") + `]}`, 400, "more than 16 descriptors"},
-		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"is_negative_hits":true}]}`, 400, "negative hits"},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"is_negative_hits":true}]}`, 400, "is_negative_hits (giving quota back) is not supported"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"limit":{"requests_per_unit":1,"unit":"SECOND","unit_multiplier":2}}]}`, 400, "unit_multiplier"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"limit":{"requests_per_unit":1,"unit":99}}]}`, 400, "unknown unit 99"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("v", 300) + `"}]}]}`, 400, "key exceeds"},

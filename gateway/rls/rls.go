@@ -83,7 +83,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	req, err := request(in)
+	req, err := Request(in)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -95,12 +95,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		}
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return s.response(d), nil
+	return Response(d, s.conv), nil
 }
 
-// request converts Envoy's request to the engine's, refusing what the
-// engine cannot decide as meant.
-func request(in *rlspb.RateLimitRequest) (*gateway.Request, error) {
+// Request converts Envoy's request to the engine's, refusing what the
+// engine cannot decide as meant (the error is one line). The HTTP check's
+// /json, envoyproxy/ratelimit's RLS over JSON, uses it too.
+func Request(in *rlspb.RateLimitRequest) (*gateway.Request, error) {
 	if in.GetDomain() == "" {
 		return nil, gateway.ErrEmptyDomain
 	}
@@ -118,7 +119,7 @@ func request(in *rlspb.RateLimitRequest) (*gateway.Request, error) {
 	}
 	for i, d := range ds {
 		if err := descriptor(d, &req.Descriptors[i]); err != nil {
-			return nil, fmt.Errorf("rls: descriptor %d: %w", i, err)
+			return nil, fmt.Errorf("descriptor %d: %w", i, err)
 		}
 	}
 	return req, nil
@@ -190,14 +191,14 @@ func code(c gateway.Code) rlspb.RateLimitResponse_Code {
 	return rlspb.RateLimitResponse_UNKNOWN
 }
 
-// response maps a decision. The headers are the enforced limits' (shadow
+// Response maps a decision, with the header sets of conv. The headers are the enforced limits' (shadow
 // and unlimited ones show none, so a shadow-only request gets none); on
 // OVER_LIMIT Envoy sends raw_body as the 429's body, and takes the body's
 // content-type from response_headers_to_add (it drops its own text/plain
 // for it), so the header goes with the body and only then: on OK Envoy
 // copies these headers onto the upstream's response, whose own
 // content-type they must not replace.
-func (s *Service) response(d *gateway.Decision) *rlspb.RateLimitResponse {
+func Response(d *gateway.Decision, conv header.Convention) *rlspb.RateLimitResponse {
 	out := &rlspb.RateLimitResponse{
 		OverallCode: code(d.Overall),
 		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, len(d.Statuses)),
@@ -206,7 +207,7 @@ func (s *Service) response(d *gateway.Decision) *rlspb.RateLimitResponse {
 		out.Statuses[i] = descriptorStatus(&d.Statuses[i])
 	}
 	v := d.Values()
-	fields := s.conv.Append(make([]header.Field, 0, 8), &v)
+	fields := conv.Append(make([]header.Field, 0, 8), &v)
 	if d.Overall == gateway.OverLimit {
 		out.RawBody = header.ProblemJSON(&v, d.Violated())
 		fields = append(fields, header.Field{Name: "content-type", Value: header.ContentTypeProblem})
