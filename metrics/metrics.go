@@ -240,7 +240,7 @@ func (r *Registry) Decided(frontend, domain string, d *gateway.Decision, took ti
 			continue
 		}
 		applied = true
-		c := r.counts(seriesKey{frontend, domain, st.Limit.Name})
+		c := r.counts(seriesKey{frontend, domain, st.Limit.MetricName()})
 		switch {
 		case st.Shadowed:
 			c.shadow.Add(1)

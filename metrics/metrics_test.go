@@ -288,3 +288,24 @@ func TestHandlerBoundsScrapes(t *testing.T) {
 		assert.Equal(t, http.StatusOK, <-done)
 	}
 }
+
+// Per-descriptor overrides carry the request's numbers in their names:
+// they count under one label per unit, so a client cannot grow the series.
+func TestOverridesCountUnderOneLabel(t *testing.T) {
+	cfg, err := policy.Parse([]byte("domain: api\ndescriptors:\n- key: user\n  rate_limit: {unit: minute, requests_per_unit: 5}\n"))
+	require.NoError(t, err)
+	r := New()
+	for rpu := uint32(1); rpu <= 50; rpu++ {
+		d := policy.Descriptor{Entries: []policy.Entry{{Key: "user", Value: "u"}},
+			Override: &policy.Override{RequestsPerUnit: rpu, Unit: policy.Minute}}
+		m := cfg.Match("api", d)
+		require.True(t, m.Limit.Override)
+		r.Decided("grpc", "api", &gateway.Decision{Overall: gateway.OK, Statuses: []gateway.Status{{Code: gateway.OK, Limit: m.Limit}}}, time.Millisecond)
+	}
+	assert.Equal(t, float64(50), counter(t, r.Gatherer(), "cellserver_ratelimit_decisions_total", decision("grpc", "api", "override_per_minute", "allowed")))
+	lines, err := r.InfoLines()
+	require.NoError(t, err)
+	for _, l := range lines {
+		assert.NotContains(t, l, "override_1_per", "no request numbers in a label")
+	}
+}

@@ -129,6 +129,7 @@ func overrideLimit(o *Override) *RateLimit {
 		Unit:            o.Unit,
 		RequestsPerUnit: o.RequestsPerUnit,
 		Algorithm:       "fw",
+		Override:        true,
 		bucket:          bucketKind("fw", o.Unit),
 		Cost:            1,
 		Window:          w,

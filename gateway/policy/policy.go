@@ -143,6 +143,11 @@ type RateLimit struct {
 	// Window is the limit's window (GCRA: its period): RateLimit-Policy's w.
 	Window time.Duration
 
+	// Override: built from a request's per-descriptor limit override, not
+	// the file. Its Name carries the request's numbers, so metrics label
+	// it by MetricName instead.
+	Override bool
+
 	bucket string // bucketKind of the algorithm and unit, part of every key
 
 	generated string // the name made from the descriptor path, before it is made unique
@@ -205,3 +210,13 @@ type wildNode struct {
 }
 
 func (n *node) leaf() bool { return len(n.exact) == 0 && len(n.wild) == 0 && len(n.bare) == 0 }
+
+// MetricName is the name metrics count l under: its Name, or for an
+// override "override_per_<unit>", so that the numbers a request sends never
+// become label values (bounded by the file and seven units).
+func (l *RateLimit) MetricName() string {
+	if l.Override {
+		return "override_per_" + l.Unit.String()
+	}
+	return l.Name
+}

@@ -86,7 +86,7 @@ func TestEnvoyDocConfiguration(t *testing.T) {
 		names []string // "" for unlimited
 	}{
 		{"ann", []string{"per-ip", "per-user-minute", "per-user-day"}},
-		{"probe", []string{"per-ip", "", "per-user-day"}},
+		{"probe", []string{"per-ip", "", ""}}, // no user quota, its address still counts
 	} {
 		resp, err := NewService(eng, header.Default, nil).ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{
 			Domain: rlf.Domain,
