@@ -453,11 +453,13 @@ func (rt *route) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		reason, cause = classify(err)
 		if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
 			// The request's own deadline, sooner than Timeout, ended
-			// the call: a timeout like any other, and the client still
-			// waits for an answer.
+			// the call: a timeout, and the client still waits for an
+			// answer; but it says nothing of cellserver's health, so the
+			// breaker shared by every request does not count it.
 			reason = ReasonTimeout
+		} else {
+			m.brk.failed(m.cfg.Now())
 		}
-		m.brk.failed(m.cfg.Now())
 	}
 	rt.st.fallbacks[reason].Add(1)
 	m.log.fallback(m.cfg.Now(), rt.Name, rt.OnFailure, reason, cause)
