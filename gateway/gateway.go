@@ -18,8 +18,10 @@ package gateway
 import (
 	"cmp"
 	"errors"
+	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cellserver/cellserver/gateway/header"
@@ -90,7 +92,8 @@ type Status struct {
 	// error). The request's outcome stands: a shadow limit never refuses.
 	Err error
 
-	spec int // the CL.LIMIT limit this status shows, -1 for none
+	spec    int               // the CL.LIMIT limit this status shows, -1 for none
+	inForce *policy.RateLimit // the limit that bucket was decided by (the stricter of two)
 }
 
 // Decision is a request's outcome.
@@ -111,7 +114,7 @@ func (d *Decision) Violated() []string {
 	for _, s := range d.Statuses {
 		if s.Code == OverLimit && s.Limit != nil && s.spec >= 0 && !seen[s.spec] {
 			seen[s.spec] = true
-			v = append(v, s.Limit.Name)
+			v = append(v, s.inForce.Name)
 		}
 	}
 	return v
@@ -127,21 +130,22 @@ func (d *Decision) Values() header.Values {
 			continue // no limit, unlimited, shadow, or listed already
 		}
 		seen[s.spec] = true
+		l := s.inForce
 		if i == d.Deciding {
 			v.Deciding = len(v.Policies)
 			v.Remaining = int64(s.Remaining)
 			v.ResetAfter = s.ResetAfter
 			v.RetryAfter = s.RetryAfter
-			v.Reset = header.UntilMore(s.Limit.Limit, int64(s.Remaining), s.ResetAfter, d.Now)
+			v.Reset = header.UntilMore(l.Limit, int64(s.Remaining), s.ResetAfter, d.Now)
 			if v.Limited {
 				v.Reset = s.RetryAfter
 			}
 		}
 		v.Policies = append(v.Policies, header.Policy{
-			Name:      s.Limit.Name,
-			Quota:     quota(s.Limit),
-			Window:    s.Limit.Window,
-			Algorithm: s.Limit.Algorithm,
+			Name:      l.Name,
+			Quota:     quota(l),
+			Window:    l.Window,
+			Algorithm: l.Algorithm,
 		})
 	}
 	return v
@@ -171,6 +175,19 @@ func limitOf(l limit.Limit) int64 {
 	return 0
 }
 
+// shadowFailed logs a shadow limit the store could not decide, at most once
+// a second with a count of the others.
+func (e *Engine) shadowFailed(domain, name string, err error) {
+	e.shadowErrs.Add(1)
+	now := time.Now().UnixNano()
+	last := e.shadowLogged.Load()
+	if now-last < int64(time.Second) || !e.shadowLogged.CompareAndSwap(last, now) {
+		return
+	}
+	e.log.Warn("gateway: a shadow-mode limit could not be decided; the request's outcome stands",
+		"domain", domain, "limit", name, "err", err, "failures", e.shadowErrs.Swap(0))
+}
+
 // Observer is told of every decision (metrics).
 type Observer interface {
 	// Decided is called after each decided request, with the front end's
@@ -182,7 +199,8 @@ type Observer interface {
 type Config struct {
 	Service  *service.Service
 	Policies *policy.Source
-	Observer Observer // optional
+	Observer Observer     // optional
+	Logger   *slog.Logger // optional: where shadow limits' failures are logged
 }
 
 // Engine decides requests. Safe for concurrent use.
@@ -190,7 +208,11 @@ type Engine struct {
 	svc *service.Service
 	src *policy.Source
 	obs Observer
+	log *slog.Logger
 	buf sync.Pool // *scratch
+
+	shadowErrs   atomic.Int64 // failures since the last log line
+	shadowLogged atomic.Int64 // when that line was written (Unix ns)
 }
 
 // scratch is one Check's reusable buffers.
@@ -198,12 +220,16 @@ type scratch struct {
 	matches []policy.Match
 	call    service.Limit
 	specs   []limit.Spec
-	specOf  []int // the spec of each status, -1 for none
+	specOf  []int               // the spec of each status, -1 for none
+	limitOf []*policy.RateLimit // the limit each spec is decided by
 }
 
 // New returns an Engine.
 func New(cfg Config) *Engine {
-	e := &Engine{svc: cfg.Service, src: cfg.Policies, obs: cfg.Observer}
+	e := &Engine{svc: cfg.Service, src: cfg.Policies, obs: cfg.Observer, log: cfg.Logger}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
 	e.buf.New = func() any { return &scratch{} }
 	return e
 }
@@ -241,7 +267,7 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 	// request (the same entries, algorithm and unit) is one limit charged
 	// the sum of the costs, the stricter of the two: envoyproxy/ratelimit
 	// increments its one counter twice and compares it with each.
-	sc.specs, sc.specOf = sc.specs[:0], sc.specOf[:0]
+	sc.specs, sc.specOf, sc.limitOf = sc.specs[:0], sc.specOf[:0], sc.limitOf[:0]
 	var shadow []int
 	for i, m := range sc.matches {
 		st := &d.Statuses[i]
@@ -262,11 +288,12 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 		if j >= 0 {
 			sc.specs[j].Cost = satAdd32(sc.specs[j].Cost, cost)
 			if limitOf(m.Limit.Limit) < limitOf(sc.specs[j].Limit) {
-				sc.specs[j].Limit = m.Limit.Limit
+				sc.specs[j].Limit, sc.limitOf[j] = m.Limit.Limit, m.Limit
 			}
 		} else {
 			j = len(sc.specs)
 			sc.specs = append(sc.specs, limit.Spec{Key: []byte(m.Key), Limit: m.Limit.Limit, Cost: cost})
+			sc.limitOf = append(sc.limitOf, m.Limit)
 		}
 		sc.specOf[i], st.spec = j, j
 	}
@@ -284,6 +311,7 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 			if j < 0 {
 				continue
 			}
+			d.Statuses[i].inForce = sc.limitOf[j]
 			fill(&d.Statuses[i], res[j].R5)
 			if d.Deciding < 0 && c.Decision.Index == j+1 {
 				d.Deciding = i
@@ -304,6 +332,7 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 		st := &d.Statuses[i]
 		if err := e.svc.Do(c); err != nil || c.Err != nil {
 			st.Err = cmp.Or(err, c.Err) // the enforced limits are charged already
+			e.shadowFailed(req.Domain, m.Limit.Name, st.Err)
 			continue
 		}
 		fill(st, c.Results()[0].R5)

@@ -445,8 +445,10 @@ func TestSameBucketTwoLimits(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, OverLimit, d.Overall, "the file's 2 a minute holds beside the override's 1000")
 	v := d.Values()
-	assert.Len(t, v.Policies, 1, "one bucket, one policy")
-	assert.Len(t, d.Violated(), 1, "named once")
+	require.Len(t, v.Policies, 1, "one bucket, one policy")
+	assert.Equal(t, header.Policy{Name: "per_minute", Quota: 2, Window: time.Minute, Algorithm: "fw"}, v.Policies[0],
+		"the headers describe the limit the bucket was decided by")
+	assert.Equal(t, []string{"per_minute"}, d.Violated())
 }
 
 // RateLimit's t for an admitted SWC call is the end of the current window,

@@ -236,8 +236,8 @@ func (r *Registry) Decided(frontend, domain string, d *gateway.Decision, took ti
 	applied := false
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
-		if st.Limit == nil {
-			continue
+		if st.Limit == nil || st.Err != nil {
+			continue // no limit, or a shadow limit left undecided: nothing to count
 		}
 		applied = true
 		c := r.counts(seriesKey{frontend, domain, st.Limit.MetricName()})

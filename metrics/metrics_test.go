@@ -309,3 +309,12 @@ func TestOverridesCountUnderOneLabel(t *testing.T) {
 		assert.NotContains(t, l, "override_1_per", "no request numbers in a label")
 	}
 }
+
+// A shadow limit the store could not decide (Status.Err) counts nothing.
+func TestUndecidedShadowNotCounted(t *testing.T) {
+	r := New()
+	st := status("soft", gateway.OK, false)
+	st.Err = errors.New("store: wrong type")
+	r.Decided("http", "api", &gateway.Decision{Overall: gateway.OK, Statuses: []gateway.Status{st}}, time.Millisecond)
+	assert.Nil(t, find(t, r.Gatherer(), "cellserver_ratelimit_decisions_total", decision("http", "api", "soft", "allowed")))
+}

@@ -57,7 +57,7 @@ func startGateways(cfg Config, exec *commands.Server, log *slog.Logger) (stop fu
 		}
 		stops = append(stops, src.Close)
 		watchPolicy(exec, src)
-		eng = gateway.New(gateway.Config{Service: exec.Service(), Policies: src, Observer: gatewayObserver(exec)})
+		eng = gateway.New(gateway.Config{Service: exec.Service(), Policies: src, Observer: gatewayObserver(exec), Logger: log})
 	}
 	if cfg.GRPCAddr != "" {
 		s, err := startGRPC(cfg, eng, log)

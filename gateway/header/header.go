@@ -153,7 +153,8 @@ func (c Convention) Append(dst []Field, v *Values) []Field {
 		if !c.XResetDelta {
 			// The instant rounded up, not now's second plus the rounded
 			// duration: a client waiting until it must find the quota back.
-			reset = ceilUnix(v.Now.Add(until))
+			// Durations count from the decision's whole millisecond.
+			reset = ceilUnix(v.Now.Truncate(time.Millisecond).Add(until))
 		}
 		dst = append(dst,
 			Field{"X-RateLimit-Limit", strconv.FormatInt(d.Quota, 10)},

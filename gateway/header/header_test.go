@@ -133,3 +133,12 @@ func TestUntilMore(t *testing.T) {
 	assert.Equal(t, 8*time.Second, UntilMore(g, 1, 18*time.Second, at))
 	assert.Equal(t, 30*time.Second, UntilMore(limit.SWL{Limit: 5, Window: time.Minute}, 4, 30*time.Second, at))
 }
+
+// The decision's instant has nanoseconds; the limits count from its whole
+// millisecond: a window ending at a whole second is reset at that second.
+func TestResetEpochFromTheMillisecond(t *testing.T) {
+	v := twoPolicies()
+	v.Now = now.Add(700*time.Millisecond + 123456) // ...000.700123456
+	v.ResetAfter = 59300 * time.Millisecond        // the window ends at ...060.000
+	assert.Equal(t, "1800000060", fields(Default.Append(nil, v)).Get("X-RateLimit-Reset"))
+}
