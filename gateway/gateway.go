@@ -20,6 +20,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,13 +143,35 @@ func (d *Decision) Values() header.Values {
 			}
 		}
 		v.Policies = append(v.Policies, header.Policy{
-			Name:      l.Name,
+			Name:      uniqueName(v.Policies, l.Name),
 			Quota:     quota(l),
 			Window:    l.Window,
 			Algorithm: l.Algorithm,
 		})
 	}
 	return v
+}
+
+// uniqueName is name, or name-2, name-3, ... if a policy listed before has
+// it: two overrides of one request with the same numbers share a name, and
+// RateLimit must say which item it describes.
+func uniqueName(ps []header.Policy, name string) string {
+	taken := func(n string) bool {
+		for _, p := range ps {
+			if p.Name == n {
+				return true
+			}
+		}
+		return false
+	}
+	if !taken(name) {
+		return name
+	}
+	for i := 2; ; i++ {
+		if n := name + "-" + strconv.Itoa(i); !taken(n) {
+			return n
+		}
+	}
 }
 
 // quota is RateLimit-Policy's q of l: its limit (GCRA: its burst).

@@ -467,3 +467,18 @@ func TestSWCUntilMore(t *testing.T) {
 	assert.Equal(t, 75*time.Second, d.Statuses[0].ResetAfter, "the state lasts into the next window")
 	assert.Equal(t, 15*time.Second, d.Values().Reset, "quota starts coming back when this window ends")
 }
+
+// Two overrides with the same numbers on different buckets share a name:
+// the headers tell them apart.
+func TestOverrideNamesUniqueInHeaders(t *testing.T) {
+	e, _ := newEngine(t)
+	a, b := desc("user=n1"), desc("user_day=n1")
+	a.Override = &policy.Override{RequestsPerUnit: 2, Unit: policy.Minute}
+	b.Override = &policy.Override{RequestsPerUnit: 2, Unit: policy.Minute}
+	d, err := e.Check("test", &Request{Domain: "api", Descriptors: []policy.Descriptor{a, b}})
+	require.NoError(t, err)
+	v := d.Values()
+	require.Len(t, v.Policies, 2)
+	assert.Equal(t, "override_2_per_minute", v.Policies[0].Name)
+	assert.Equal(t, "override_2_per_minute-2", v.Policies[1].Name)
+}
