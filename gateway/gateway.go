@@ -179,23 +179,7 @@ func quota(l *policy.RateLimit) int64 {
 	if l.Limit == nil || l.Blocks() { // a block list entry allows none
 		return int64(l.RequestsPerUnit)
 	}
-	return limitOf(l.Limit)
-}
-
-func limitOf(l limit.Limit) int64 {
-	switch x := l.(type) {
-	case limit.GCRA:
-		return int64(x.MaxBurst) + 1
-	case limit.FW:
-		return int64(x.Limit)
-	case limit.SWC:
-		return int64(x.Limit)
-	case limit.SWL:
-		return int64(x.Limit)
-	case limit.CAL:
-		return int64(x.Limit)
-	}
-	return 0
+	return limit.Capacity(l.Limit)
 }
 
 // shadowFailed logs a shadow limit the store could not decide, at most once
@@ -310,7 +294,7 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 		j := indexKey(sc.specs, m.Key)
 		if j >= 0 {
 			sc.specs[j].Cost = satAdd32(sc.specs[j].Cost, cost)
-			if limitOf(m.Limit.Limit) < limitOf(sc.specs[j].Limit) {
+			if limit.Capacity(m.Limit.Limit) < limit.Capacity(sc.specs[j].Limit) {
 				sc.specs[j].Limit, sc.limitOf[j] = m.Limit.Limit, m.Limit
 			}
 		} else {

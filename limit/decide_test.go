@@ -176,3 +176,19 @@ func TestDecideAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// Capacity is the limit every algorithm's R5 shows.
+func TestCapacityIsR5Limit(t *testing.T) {
+	for _, l := range []Limit{
+		GCRA{MaxBurst: 4, Count: 10, Period: time.Minute},
+		FW{Limit: 7, Window: time.Minute},
+		SWC{Limit: 8, Window: time.Minute},
+		SWL{Limit: 9, Window: time.Minute},
+		CAL{Limit: 11, Unit: Day},
+	} {
+		r, err := l.Eval(nil, 1_800_000_000*int64(time.Second), 1, false)
+		require.NoError(t, err)
+		assert.Equal(t, r.Limit, Capacity(l), "%T", l)
+	}
+	assert.Zero(t, Capacity(nil))
+}

@@ -162,6 +162,24 @@ func (SWC) sealed()  {}
 func (SWL) sealed()  {}
 func (CAL) sealed()  {}
 
+// Capacity is l's limit as its R5 shows it: the most cost it admits at
+// once (GCRA: max_burst+1; the others: their limit). 0 for nil.
+func Capacity(l Limit) int64 {
+	switch x := l.(type) {
+	case GCRA:
+		return int64(x.MaxBurst) + 1
+	case FW:
+		return int64(x.Limit)
+	case SWC:
+		return int64(x.Limit)
+	case SWL:
+		return int64(x.Limit)
+	case CAL:
+		return int64(x.Limit)
+	}
+	return 0
+}
+
 // R5 is one limit's reply, the shape of CL.THROTTLE's:
 // [limited, limit, remaining, retry_after, reset_after]. Durations are in the
 // call's unit: seconds rounded up, or ms with MS.

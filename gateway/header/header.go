@@ -186,33 +186,17 @@ func ceilUnix(t time.Time) int64 {
 // later than its newest (resetAfter: an upper bound). GCRA gives one unit
 // back one emission interval after the last one still owed.
 func UntilMore(l limit.Limit, remaining int64, resetAfter time.Duration, now time.Time) time.Duration {
-	var lim int64
+	used := limit.Capacity(l) - remaining
+	if used <= 0 {
+		return 0
+	}
 	switch x := l.(type) {
 	case limit.GCRA:
-		used := int64(x.MaxBurst) + 1 - remaining
-		if used <= 0 {
-			return 0
-		}
 		return max(0, resetAfter-time.Duration(used-1)*time.Duration(x.Interval()))
 	case limit.SWC:
-		if int64(x.Limit) <= remaining {
-			return 0
+		if w := x.Window.Milliseconds(); w > 0 {
+			return min(resetAfter, time.Duration(w-now.UnixMilli()%w)*time.Millisecond)
 		}
-		w := x.Window.Milliseconds()
-		if w <= 0 {
-			return resetAfter
-		}
-		toEnd := time.Duration(w-now.UnixMilli()%w) * time.Millisecond
-		return min(resetAfter, toEnd)
-	case limit.FW:
-		lim = int64(x.Limit)
-	case limit.SWL:
-		lim = int64(x.Limit)
-	case limit.CAL:
-		lim = int64(x.Limit)
-	}
-	if lim <= remaining {
-		return 0
 	}
 	return resetAfter
 }

@@ -648,7 +648,7 @@ func (p *parser) buildLimit(l *RateLimit, b *block) error {
 	if err := l.Limit.Validate(); err != nil {
 		return p.errf(b.n, b.path, "%s", strings.TrimPrefix(err.Error(), "ERR "))
 	}
-	if most := quotaOf(l); l.Cost > most {
+	if most := limit.Capacity(l.Limit); int64(l.Cost) > most {
 		return p.errf(b.f["cost"], b.path.key("cost"), "cost %d is above the limit's %d: every request would be refused", l.Cost, most)
 	}
 	return nil
@@ -672,14 +672,6 @@ func (p *parser) calendar(l *RateLimit, b *block) (limit.CAL, error) {
 		l.Timezone = b.tz
 	}
 	return limit.CAL{Limit: l.RequestsPerUnit, Unit: cu, Zone: z}, nil
-}
-
-// quotaOf is the most one request may cost under l.
-func quotaOf(l *RateLimit) uint32 {
-	if l.Algorithm == "gcra" {
-		return l.Burst
-	}
-	return l.RequestsPerUnit
 }
 
 func orNode(a, b *yaml.Node) *yaml.Node {
