@@ -105,7 +105,7 @@ type Decision struct {
 	// limit that refused, or the enforced limit closest to refusing; -1
 	// when no enforced limit applied.
 	Deciding int
-	Now      time.Time // the store clock's instant of the decision
+	Now      time.Time // the instant the enforced limits were decided at (the store clock's)
 }
 
 // Violated names the limits that refused the request, each once.
@@ -227,6 +227,7 @@ type scratch struct {
 	matches []policy.Match
 	call    service.Limit
 	specs   []limit.Spec
+	keys    [][]byte            // each match's key (nil: no bucket)
 	specOf  []int               // the spec of each status, -1 for none
 	limitOf []*policy.RateLimit // the limit each spec is decided by
 }
@@ -261,12 +262,16 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 	sc.matches = cfg.MatchAll(req.Domain, req.Descriptors, sc.matches[:0])
 	// Every bucket is checked (key size, routing) before anything is
 	// charged, shadow ones too: an error means nothing was charged.
+	sc.keys = sc.keys[:0]
 	for _, m := range sc.matches {
+		var k []byte
 		if m.Limit != nil && !m.Limit.Unlimited {
-			if err := e.svc.CheckKey([]byte(m.Key)); err != nil {
+			k = []byte(m.Key) // once: checked here, the spec's key below
+			if err := e.svc.CheckKey(k); err != nil {
 				return nil, err
 			}
 		}
+		sc.keys = append(sc.keys, k)
 	}
 	d := &Decision{Overall: OK, Statuses: make([]Status, len(req.Descriptors)), Deciding: -1}
 
@@ -299,7 +304,7 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 			}
 		} else {
 			j = len(sc.specs)
-			sc.specs = append(sc.specs, limit.Spec{Key: []byte(m.Key), Limit: m.Limit.Limit, Cost: cost})
+			sc.specs = append(sc.specs, limit.Spec{Key: sc.keys[i], Limit: m.Limit.Limit, Cost: cost})
 			sc.limitOf = append(sc.limitOf, m.Limit)
 		}
 		sc.specOf[i], st.spec = j, j
@@ -327,13 +332,14 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 		if c.Decision.Limited {
 			d.Overall = OverLimit
 		}
+		d.Now = time.Unix(0, c.Now)
 	}
 
 	// Shadow limits: each on its own, charged only if the request passes.
 	for _, i := range shadow {
 		m := sc.matches[i]
 		c := &service.Limit{Call: limit.Call{
-			Limits:  []limit.Spec{{Key: []byte(m.Key), Limit: m.Limit.Limit, Cost: costOf(req, i, m.Limit)}},
+			Limits:  []limit.Spec{{Key: sc.keys[i], Limit: m.Limit.Limit, Cost: costOf(req, i, m.Limit)}},
 			Options: limit.Options{MS: true, Peek: d.Overall == OverLimit},
 		}}
 		st := &d.Statuses[i]
@@ -347,7 +353,9 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 			st.Code, st.Shadowed = OK, true
 		}
 	}
-	d.Now = time.Unix(0, e.svc.Store().Clock().Now())
+	if d.Now.IsZero() { // no enforced limit: the instant of the answer
+		d.Now = time.Unix(0, e.svc.Store().Clock().Now())
+	}
 	if e.obs != nil {
 		e.obs.Decided(frontend, req.Domain, d, time.Since(start))
 	}

@@ -85,6 +85,7 @@ type Limit struct {
 
 	Decision limit.Decision
 	Err      error
+	Now      int64 // the instant it was decided at (Unix ns): its durations count from it
 
 	req store.LimitReq
 }
@@ -135,7 +136,7 @@ func (l *Limit) Done() {
 		err = l.req.Err
 	}
 	l.Err = storeErr(err)
-	l.Decision = l.req.Decision
+	l.Decision, l.Now = l.req.Decision, l.req.Now
 }
 
 // Reset is CL.RESET: it removes the limiter state of every key named, of

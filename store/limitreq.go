@@ -24,6 +24,9 @@ type LimitReq struct {
 	// Err is ErrWrongType (a key holds another kind: nothing was charged),
 	// or a state that does not decode (limit.ErrCorrupt).
 	Err error
+	// Now is the instant the call was decided at (Unix ns, the store
+	// clock's): the durations of Results count from it.
+	Now int64
 
 	buf   []byte
 	local [limit.MaxLimits][limit.SWCStateLen]byte // states kept in their entries, encoded for Decide
@@ -59,6 +62,7 @@ func (r *LimitReq) run(sh *shard, now int64) {
 // giving each key's shard: passed through an interface it would escape,
 // an allocation per call.
 func (r *LimitReq) decide(st *Store, one *shard, now int64) {
+	r.Now = now
 	shardOf := func(key []byte) *shard {
 		if one != nil {
 			return one
