@@ -121,19 +121,27 @@ func TestTrackingInfo(t *testing.T) {
 	assert.Nil(t, h.srv.bcast.cur.Load(), "no BCAST client left")
 }
 
-// TestTrackingRemembers: which reads are remembered in each mode, and that
-// each remembered key is told once.
-func TestTrackingRemembers(t *testing.T) {
-	h := newHarness(t, Config{})
-	p := pushes(h)
+// throttler returns a function that charges keys with an allowed
+// CL.THROTTLE from a client of its own (a writer other than the tracking
+// client).
+func throttler(t *testing.T, h *harness) func(keys ...string) {
 	writer := h.srv.NewClient(nil, nil)
-	write := func(keys ...string) {
+	return func(keys ...string) {
+		t.Helper()
 		for _, k := range keys {
 			var out Out
 			h.srv.Exec(writer, [][][]byte{{[]byte("CL.THROTTLE"), []byte(k), []byte("100"), []byte("100"), []byte("60")}}, &out)
 			require.True(t, strings.HasPrefix(string(out.B), "*5\r\n:0\r\n"), string(out.B))
 		}
 	}
+}
+
+// TestTrackingRemembers: which reads are remembered in each mode, and that
+// each remembered key is told once.
+func TestTrackingRemembers(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := pushes(h)
+	write := throttler(t, h)
 	h.cmd("HELLO", "3")
 	h.cmd("CLIENT", "TRACKING", "ON")
 	// Read-only commands with keys are remembered, in a pipeline too.
@@ -196,14 +204,7 @@ func TestTrackingRESP2(t *testing.T) {
 func TestTrackingOptinTransaction(t *testing.T) {
 	h := newHarness(t, Config{})
 	p := pushes(h)
-	writer := h.srv.NewClient(nil, nil)
-	write := func(keys ...string) {
-		for _, k := range keys {
-			var out Out
-			h.srv.Exec(writer, [][][]byte{{[]byte("CL.THROTTLE"), []byte(k), []byte("100"), []byte("100"), []byte("60")}}, &out)
-			require.True(t, strings.HasPrefix(string(out.B), "*5\r\n:0\r\n"), string(out.B))
-		}
-	}
+	write := throttler(t, h)
 	h.cmd("HELLO", "3")
 	h.cmd("CLIENT", "TRACKING", "ON", "OPTIN")
 	r := h.do([]string{"CLIENT", "CACHING", "YES"}, []string{"MULTI"}, []string{"PTTL", "a"}, []string{"GET", "b"}, []string{"EXEC"}, []string{"GET", "c"})

@@ -46,17 +46,31 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 0}
 `
 
-// newEngine is an Engine on a real in-memory store with a frozen clock at t0.
+// newEngine is an Engine on testPolicy and a real in-memory store with a
+// frozen clock at t0.
 func newEngine(t *testing.T) (*Engine, *store.Clock) {
 	t.Helper()
+	st, clk := newStore(t, t0)
+	return newEngineOn(t, service.Config{Store: st}, testPolicy), clk
+}
+
+// newStore is a 4-shard in-memory store whose clock is frozen at ns.
+func newStore(t *testing.T, ns int64) (*store.Store, *store.Clock) {
+	t.Helper()
 	clk := &store.Clock{}
-	clk.Set(t0)
+	clk.Set(ns)
 	st, err := store.New(store.Config{Shards: 4, Clock: clk})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	cfg, err := policy.Parse([]byte(testPolicy))
+	return st, clk
+}
+
+// newEngineOn is an Engine on the service sc configures and the policy text.
+func newEngineOn(t *testing.T, sc service.Config, text string) *Engine {
+	t.Helper()
+	cfg, err := policy.Parse([]byte(text))
 	require.NoError(t, err)
-	return New(Config{Service: service.New(service.Config{Store: st}), Policies: policy.Static(cfg)}), clk
+	return New(Config{Service: service.New(sc), Policies: policy.Static(cfg)})
 }
 
 // desc reads "k=v,k2=v2".
@@ -331,11 +345,7 @@ func TestBlocked(t *testing.T) {
 // WRONGTYPE from the old algorithm's state. One that changes only the
 // limit keeps the bucket and its count.
 func TestReloadChangesAlgorithm(t *testing.T) {
-	clk := &store.Clock{}
-	clk.Set(t0)
-	st, err := store.New(store.Config{Shards: 4, Clock: clk})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
+	st, _ := newStore(t, t0)
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	write := func(rl string) {
 		require.NoError(t, os.WriteFile(path+".tmp", []byte("domain: api\ndescriptors:\n- key: user\n  rate_limit: {"+rl+"}\n"), 0o644))
@@ -398,14 +408,8 @@ func TestRequestErrors(t *testing.T) {
 // A request refused before the enforced call (a shadow bucket's key is too
 // long) charges nothing: every key is checked first.
 func TestErrorChargesNothing(t *testing.T) {
-	clk := &store.Clock{}
-	clk.Set(t0)
-	st, err := store.New(store.Config{Shards: 4, Clock: clk})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	cfg, err := policy.Parse([]byte(testPolicy))
-	require.NoError(t, err)
-	e := New(Config{Service: service.New(service.Config{Store: st, MaxKeyBytes: 64}), Policies: policy.Static(cfg)})
+	st, _ := newStore(t, t0)
+	e := newEngineOn(t, service.Config{Store: st, MaxKeyBytes: 64}, testPolicy)
 	long := "shadow=" + strings.Repeat("v", 80)
 	for range 3 {
 		_, err := e.Check("test", &Request{Domain: "api", Descriptors: []policy.Descriptor{desc("user=u"), desc(long)}})
@@ -454,14 +458,9 @@ func TestSameBucketTwoLimits(t *testing.T) {
 // RateLimit's t for an admitted SWC call is the end of the current window,
 // not the end of its state two windows on.
 func TestSWCUntilMore(t *testing.T) {
-	clk := &store.Clock{}
-	clk.Set(t0 + int64(45*time.Second))
-	st, err := store.New(store.Config{Shards: 1, Clock: clk})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	cfg, err := policy.Parse([]byte("domain: api\ndescriptors:\n- key: sw\n  rate_limit: {name: sw, unit: minute, requests_per_unit: 3, algorithm: swc}\n"))
-	require.NoError(t, err)
-	e := New(Config{Service: service.New(service.Config{Store: st}), Policies: policy.Static(cfg)})
+	st, _ := newStore(t, t0+int64(45*time.Second))
+	e := newEngineOn(t, service.Config{Store: st},
+		"domain: api\ndescriptors:\n- key: sw\n  rate_limit: {name: sw, unit: minute, requests_per_unit: 3, algorithm: swc}\n")
 	d := check(t, e, "sw=a")
 	require.Equal(t, OK, d.Overall)
 	assert.Equal(t, 75*time.Second, d.Statuses[0].ResetAfter, "the state lasts into the next window")
