@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -368,26 +367,6 @@ func TestGRPCAddrTaken(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	pol := filepath.Join(t.TempDir(), "policy.yaml")
-	require.NoError(t, os.WriteFile(pol, []byte(rlsPolicy), 0o600))
-	cmd := exec.Command(binPath, "--in-memory", "--addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))),
-		"--policy-file", pol, "--grpc-addr", ln.Addr().String())
-	done := make(chan struct{})
-	var out []byte
-	go func() {
-		out, err = cmd.CombinedOutput()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("cellserver started on a taken --grpc-addr; output:\n%s", out)
-	}
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "%s", out)
-	assert.NotZero(t, exit.ExitCode())
-	assert.Contains(t, string(out), "--grpc-addr")
-	assert.Contains(t, string(out), "address already in use")
+	out := checkStartFails(t, 1, "--grpc-addr", "--grpc-addr", ln.Addr().String())
+	assert.Contains(t, out, "address already in use")
 }

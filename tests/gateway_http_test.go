@@ -622,8 +622,8 @@ func TestGatewayHTTPMetricsAddr(t *testing.T) {
 
 // checkStartFails runs cellserver with checkPolicy and args and wants it to
 // exit with code (2: a bad flag, 1: a failed start), at once, with want in
-// its output (and no panic).
-func checkStartFails(t *testing.T, code int, want string, args ...string) {
+// its output (and no panic). It returns the output.
+func checkStartFails(t *testing.T, code int, want string, args ...string) string {
 	t.Helper()
 	pol := filepath.Join(t.TempDir(), "policy.yaml")
 	require.NoError(t, os.WriteFile(pol, []byte(checkPolicy), 0o644))
@@ -647,6 +647,7 @@ func checkStartFails(t *testing.T, code int, want string, args ...string) {
 	assert.Equal(t, code, exit.ExitCode(), "%s", out)
 	assert.Contains(t, string(out), want)
 	assert.NotContains(t, string(out), "panic")
+	return string(out)
 }
 
 // A bad --http-forwarded-headers, and a taken --metrics-addr after
