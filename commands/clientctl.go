@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"github.com/cellserver/cellserver/store"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -168,7 +169,41 @@ func (c *Client) HangUp() {
 
 // SetOffLoop tells the client that its pipeline runs off the event loops
 // (the wire layer's Slow path), where a paused command may wait.
-func (c *Client) SetOffLoop(v bool) { c.offLoop = v }
+func (c *Client) SetOffLoop(v bool) {
+	c.offLoop = v
+	if v {
+		c.sess.SetHome(nil) // another goroutine must not run the loop's shards
+		c.sess.DeferSync(false)
+	} else {
+		c.sess.SetHome(c.home)
+		c.sess.DeferSync(c.home != nil)
+	}
+}
+
+// SetHome gives the client the store owner its event loop hosts: on the
+// loop, its commands run that owner's shards inline (store.Session.SetHome).
+// The wire layer sets it when the connection opens, on the loop.
+func (c *Client) SetHome(o *store.Owner) {
+	c.home = o
+	if !c.offLoop {
+		c.sess.SetHome(o)
+		// On its loop, a pipeline's replies wait for the disk without
+		// holding up the loop (AwaitSync).
+		c.sess.DeferSync(o != nil)
+	}
+}
+
+// AwaitSync returns false if the changes of every command the client ran
+// are synced (or need no sync); otherwise true, and it calls f from
+// another goroutine once they are. Under --fsync always the wire layer
+// writes a pipeline's replies only then (nothing acknowledged is lost), and
+// serves its loop's other connections meanwhile, whose syncs the committer
+// groups into one fsync.
+func (c *Client) AwaitSync(f func()) bool { return c.sess.AwaitSync(f) }
+
+// WaitSync returns once the changes of every command the client ran are
+// synced.
+func (c *Client) WaitSync() { c.sess.WaitSync() }
 
 // SetKill sets how another connection's CLIENT KILL closes this one; the
 // wire layer sets it. It must be safe to call from any goroutine.

@@ -194,11 +194,14 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		sleep:    time.Sleep,
 		metrics:  cfg.Metrics,
 	}
-	if st.SyncsWrites() {
+	if st.SyncsWrites() && !st.Hosted() {
 		// Under --fsync always every write waits for its fsync: run writes
 		// off the event loops so that many connections wait at once and
 		// share each fsync (group commit), instead of a loop waiting for one
-		// connection's fsync after another.
+		// connection's fsync after another. (Loops that host the shards
+		// need not: their sessions defer the wait, and the loop writes a
+		// pipeline's replies once its changes are synced; see
+		// Client.AwaitSync.)
 		for _, c := range s.table {
 			for _, x := range append([]*Command{c}, c.Subcommands...) {
 				if x.write {
@@ -330,9 +333,10 @@ type Client struct {
 
 	// clientctl.go's state. offLoop, replyOff, skipCur and skipNext are
 	// the pipeline goroutine's; kill is under mu.
-	offLoop           bool // the pipeline runs off the event loops (SetOffLoop)
-	replyOff          bool // CLIENT REPLY OFF
-	skipCur, skipNext bool // CLIENT REPLY SKIP: this command's reply, the next one's
+	offLoop           bool         // the pipeline runs off the event loops (SetOffLoop)
+	home              *store.Owner // the owner the client's event loop hosts (SetHome)
+	replyOff          bool         // CLIENT REPLY OFF
+	skipCur, skipNext bool         // CLIENT REPLY SKIP: this command's reply, the next one's
 	kill              func()
 	killPending       bool // CLIENT KILL came before SetKill
 	noEvict, noTouch  atomic.Bool

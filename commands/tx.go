@@ -306,7 +306,9 @@ func (c *Client) resetTx() {
 // closeTx withdraws the watches of a client that goes away.
 func (c *Client) closeTx() {
 	if c.tx != nil && len(c.tx.watched) > 0 {
-		c.unwatch(c.srv.st.NewSession())
+		sess := c.srv.st.NewSession()
+		sess.SetHome(c.sess.Home()) // on the loop: its shards run here
+		c.unwatch(sess)
 	}
 }
 

@@ -43,6 +43,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/store"
 )
 
 // Config configures the wire layer.
@@ -71,6 +72,11 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Owners are the store's hosted owners (store.Config.Owners), one per
+	// event loop: loop i runs owner i, and its connections' commands run
+	// inline on its shards (hosts.go). Empty: one loop per usable CPU,
+	// hosting none, every command handed to the shards' own goroutines.
+	Owners []*store.Owner
 }
 
 // Defaults of the per-client output limits. Redis sets none for normal
@@ -155,6 +161,10 @@ type Server struct {
 	conns   map[*conn]gnet.Conn // every open connection, for the sweeper
 	sweep   chan struct{}       // closed to stop the sweeper
 	freeing atomic.Bool         // a FreeOSMemory is running
+
+	homes    map[gnet.EventLoop]*store.Owner // each loop's owner (hostOwners)
+	hosts    []*store.Owner                  // the owners adopted, to detach
+	ctlPeers []net.Conn                      // the far ends of the loops' control connections
 }
 
 // New returns a server that runs commands on exec.
@@ -175,9 +185,15 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return err
 	}
+	// One loop per usable CPU (GOMAXPROCS follows cgroup limits), or one
+	// per owner to host.
+	loops := runtime.GOMAXPROCS(0)
+	if len(s.cfg.Owners) > 0 {
+		loops = len(s.cfg.Owners)
+	}
 	cli, err := gnet.NewClient(s,
-		// One loop per usable CPU (GOMAXPROCS follows cgroup limits).
-		gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)),
+		gnet.WithNumEventLoop(loops),
+		gnet.WithLoadBalancing(gnet.RoundRobin),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithTCPKeepAlive(300*time.Second), // Redis's tcp-keepalive default
 		gnet.WithLogger(gnetLogger{s.cfg.Logger}))
@@ -188,7 +204,14 @@ func (s *Server) Listen() error {
 		_ = ln.Close()
 		return fmt.Errorf("resp: starting the event loops: %w", err)
 	}
-	s.ln, s.cli, s.addr = ln, cli, ln.Addr()
+	s.cli = cli
+	if err := s.hostOwners(); err != nil {
+		_ = ln.Close()
+		_ = cli.Stop()
+		s.detachOwners()
+		return err
+	}
+	s.ln, s.addr = ln, ln.Addr()
 	s.spare, _ = os.Open(os.DevNull) // best effort: without it a refusal is a silent close
 	go s.acceptLoop()
 	go s.sweeper()
@@ -322,7 +345,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for s.detached.Load() > 0 && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
+		// Clients close while every loop still runs: closing one may need
+		// another loop's shards (its watched keys are withdrawn there), and
+		// a loop that has stopped serves nothing.
+		s.closeAll(ctx)
 		err := s.cli.Stop()
+		s.detachOwners()
 		if s.spare != nil {
 			_ = s.spare.Close()
 		}
@@ -362,6 +390,9 @@ var errMaxClients = []byte("-ERR max number of clients reached\r\n")
 
 // OnOpen admits a connection, or refuses it over maxclients as Redis does.
 func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+	if _, ok := gc.Context().(ctlConn); ok {
+		return nil, gnet.None
+	}
 	s.nconns.Add(1) // OnClose runs for every opened connection, refused ones too
 	if s.closing.Load() {
 		return nil, gnet.Close // shutting down: no new clients, no reply
@@ -375,6 +406,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		p:  parser{protoMaxBulk: s.cfg.ProtoMaxBulkLen},
 	}
 	c.lastIO.Store(s.now.Load())
+	c.cl.SetHome(s.homeOf(gc))
 	c.cl.SetFD(gc.Fd())
 	// CLIENT KILL from another connection closes this one on its own loop.
 	c.cl.SetKill(func() {
@@ -395,6 +427,9 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 
 // OnClose releases a connection.
 func (s *Server) OnClose(gc gnet.Conn, _ error) gnet.Action {
+	if _, ok := gc.Context().(ctlConn); ok {
+		return gnet.None
+	}
 	s.nconns.Add(-1)
 	if c, ok := gc.Context().(*conn); ok {
 		s.connsMu.Lock()
@@ -589,6 +624,13 @@ func (s *Server) process(gc gnet.Conn, c *conn, buf []byte) (int, bool) {
 				return start, false
 			}
 		}
+		// Replies go out once the pipeline's changes are on disk (--fsync
+		// always); the loop serves its other connections meanwhile.
+		if perr == nil && !c.cl.Closing() && c.cl.AwaitSync(func() { s.synced(gc, c) }) {
+			c.busy = true
+			return start, true
+		}
+		c.cl.WaitSync()
 		if perr != nil {
 			c.out.WriteError("ERR " + perr.Error())
 		}
@@ -625,7 +667,9 @@ func (s *Server) run(gc gnet.Conn, c *conn, cmds [][][]byte) bool {
 		if len(cmds) == 0 || c.cl.Closing() {
 			return true
 		}
-		// The buffer is kept for the rest of the pipeline.
+		// The buffer is kept for the rest of the pipeline; what it holds is
+		// acknowledged once written, so it waits for the disk first.
+		c.cl.WaitSync()
 		if !s.flushKeep(gc, c, 2*flushAt) {
 			return false
 		}
@@ -885,7 +929,9 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 		})
 		if err != nil {
 			// The engine is shutting down: the connection is gone (or
-			// about to be) and the callback will not run.
+			// about to be) and the callback will not run. Not on the loop:
+			// the client's session must not run the loop's shards.
+			c.cl.SetOffLoop(true)
 			c.cl.Close()
 		}
 	}()

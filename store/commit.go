@@ -111,7 +111,7 @@ type commitReq struct {
 	db    *pebble.DB    // the DB b was made by (nil: the current one)
 	count int64         // changes (entries) in b
 	recs  int64         // log records in b
-	wg    *sync.WaitGroup
+	wg    doner
 	sh    *shard
 	n     uint64 // shard's send sequence number of this request
 	snap  bool   // b holds the shard's whole state (a resync)
@@ -609,7 +609,8 @@ func (s *Store) rewriteBeforeClose() {
 	var wg sync.WaitGroup
 	wg.Add(len(ids))
 	for _, i := range ids {
-		s.shards[i].in <- &batch{ops: []*envelope{newShardFunc(func(sh *shard, _ int64) { sh.snapshot() })}, wg: &wg}
+		sh := s.shards[i]
+		sh.o.post(&batch{ops: []*envelope{newShardFunc(func(sh *shard, _ int64) { sh.snapshot() })}, sh: sh, wg: &wg}, nil)
 	}
 	wg.Wait()
 }
@@ -662,10 +663,7 @@ func (p *persister) releaseWaiters(reqs []commitReq) {
 		}
 		if r.sh != nil {
 			r.sh.synced.Store(r.n)
-			select { // wake a shard waiting for room (see shard.stepWaits)
-			case r.sh.room <- struct{}{}:
-			default:
-			}
+			r.sh.o.roomFreed()
 		}
 		if r.wg != nil {
 			r.wg.Done()

@@ -39,8 +39,12 @@ func addShard(dst []int, i int) []int {
 type hold struct {
 	held    chan struct{}
 	release chan struct{}
-	batches []batch
-	ids     []int
+	batches []batch // by owner
+	ids     []int   // the shards, ascending
+	mask    []bool  // by shard: in ids
+	owners  []int   // the owners of ids, ascending
+	parked  int     // owners parked (the home's is not)
+	remote  int     // shards of parked owners
 	wg      sync.WaitGroup
 
 	// Under FsyncAlways a hold of several shards commits their changes as
@@ -60,6 +64,7 @@ func newHold(shards int) *hold {
 		held:    make(chan struct{}, 1),
 		release: make(chan struct{}, shards),
 		batches: make([]batch, shards),
+		mask:    make([]bool, shards),
 		parts:   make([]commitReq, shards),
 		sent:    make(chan struct{}, shards),
 	}
@@ -116,22 +121,62 @@ func (ss *Session) runHeld() {
 	ss.resetHeld()
 }
 
-// park parks the shards of ss.hold.ids, ascending, and returns true with
-// the store's read lock held; false if the store is closed.
+// park parks the shards of ss.hold.ids and returns true once all are
+// held, counted in the store's active sessions; false if the store is
+// closed. It parks their owners one at a time in ascending order, each
+// owner parking all of its shards the hold names, so two holds never wait
+// for each other in a cycle.
+//
+// A session with a home runs on its home owner's goroutine: the home is
+// held whenever the session runs, so it takes the home's place in that
+// order whether or not the hold names its shards. While it waits for
+// owners ordered before its home it serves its home's inbox, holds
+// included (the home is not held yet: another hold may park it, which
+// parks the session too, until that hold lets go); once past its home it
+// waits without serving (holding its home, it must not park it).
 func (ss *Session) park() bool {
 	st, h := ss.st, ss.hold
-	st.mu.RLock()
-	if st.closed {
-		st.mu.RUnlock()
+	if !st.enter() {
 		return false
 	}
 	h.group = len(h.ids) > 1 && st.p != nil && st.p.policy == FsyncAlways
+	clear(h.mask)
 	for _, id := range h.ids {
-		b := &h.batches[id]
+		h.mask[id] = true
+	}
+	h.owners = h.owners[:0]
+	for _, id := range h.ids {
+		h.owners = addShard(h.owners, st.shards[id].o.id)
+	}
+	home := ss.home
+	h.remote, h.parked = 0, 0
+	for _, oid := range h.owners {
+		o := st.owners[oid]
+		if o == home {
+			continue
+		}
+		n := o.count(h.mask)
+		b := &h.batches[oid]
 		*b = batch{wg: &h.wg, ctl: ctlHold, hold: h}
-		h.wg.Add(1)
-		st.shards[id].in <- b
-		<-h.held
+		h.wg.Add(n)
+		h.remote += n
+		h.parked++
+		if home == nil || oid > home.id {
+			o.in <- b
+			o.wake()
+			<-h.held
+			continue
+		}
+		o.post(b, home)
+	wait:
+		for {
+			select {
+			case <-h.held:
+				break wait
+			case x := <-home.in:
+				home.handle(x)
+			}
+		}
 	}
 	for _, id := range h.ids {
 		st.shards[id].by = ss.ID
@@ -140,21 +185,37 @@ func (ss *Session) park() bool {
 }
 
 // unpark lets park's shards go and returns once every change made while
-// they were parked is as durable as a request batch's.
+// they were parked is as durable as a request batch's. The home's shards
+// the hold names are ended here, on their owner's goroutine.
 func (ss *Session) unpark() {
-	h := ss.hold
-	for range h.ids {
+	h, home := ss.hold, ss.home
+	for range h.parked {
 		h.release <- struct{}{}
+	}
+	if home != nil {
+		for _, sh := range home.shards {
+			if !h.mask[sh.id] {
+				continue
+			}
+			if !h.group {
+				h.wg.Add(1)
+				sh.endBatch(&h.wg, nil)
+				continue
+			}
+			sh.publish()
+			sh.writeDirty()
+			h.parts[sh.id] = sh.takeChanges()
+		}
 	}
 	h.wg.Wait()
 	if h.group {
 		ss.commitGroup()
 	}
-	ss.st.mu.RUnlock()
+	ss.st.leave()
 }
 
-// commitGroup hands the parked shards' parts to the committer as one
-// request, lets the shards go on, and waits until it is synced.
+// commitGroup hands the held shards' parts to the committer as one
+// request, lets the parked shards go on, and waits until it is synced.
 func (ss *Session) commitGroup() {
 	h := ss.hold
 	r := commitReq{}
@@ -165,7 +226,7 @@ func (ss *Session) commitGroup() {
 	h.synced.Add(1)
 	r.wg = &h.synced
 	ss.st.p.in <- r
-	for range h.ids {
+	for range h.remote {
 		h.sent <- struct{}{}
 	}
 	h.synced.Wait()
@@ -188,20 +249,4 @@ func (ss *Session) resetHeld() {
 		ss.held = nil
 	}
 	ss.held = ss.held[:0]
-}
-
-// runHold is the shard's side of a hold.
-func (sh *shard) runHold(b *batch) {
-	h := b.hold
-	h.held <- struct{}{}
-	<-h.release
-	if !h.group {
-		sh.endBatch(b.wg)
-		return
-	}
-	sh.publish()
-	sh.writeDirty()
-	h.parts[sh.id] = sh.takeChanges()
-	b.wg.Done()
-	<-h.sent
 }

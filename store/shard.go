@@ -2,9 +2,7 @@ package store
 
 import (
 	"hash/maphash"
-	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -12,12 +10,12 @@ import (
 	"github.com/cellserver/cellserver/cluster"
 )
 
-// shard owns one part of the keyspace. Only its goroutine (loop) touches t.
+// shard owns one part of the keyspace. Only its owner's goroutine touches t.
 type shard struct {
 	id    int
 	cfg   Config
 	clock *Clock
-	in    chan *batch // request and control batches
+	o     *Owner // the goroutine that runs the shard
 	t     *table
 
 	slotLo, slotHi int // the contiguous hash slot range [lo, hi) this shard owns
@@ -33,7 +31,6 @@ type shard struct {
 	spare   chan spareBatch // committed batches, for reuse
 	sent    uint64          // requests sent to the committer
 	synced  atomic.Uint64   // requests the committer has finished
-	room    chan struct{}   // the committer finished some of this shard's requests
 	snap    bool            // pb starts with a full rewrite of the shard (resync)
 	rec     []byte          // the record being built
 	// Changed keys are written as their latest value, once per write-out:
@@ -77,14 +74,12 @@ func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {
 		id:     id,
 		cfg:    cfg,
 		clock:  cfg.Clock,
-		in:     make(chan *batch, 256),
 		t:      newTable(seed),
 		slotLo: lo,
 		slotHi: hi,
 		p:      p,
 		spare:  make(chan spareBatch, 4),
 		bcast:  new(atomic.Pointer[broadcast]), // New shares the store's instead
-		room:   make(chan struct{}, 1),
 	}
 }
 
@@ -142,10 +137,10 @@ func (sh *shard) warm(ops []*envelope) {
 // PersistInterval, each changed key once with its latest value.
 func (sh *shard) writeThrough() bool { return sh.p != nil && sh.p.policy == FsyncAlways }
 
-// The shard's goroutine waits on one channel, in: request batches, and
-// control batches for its timers and for Close. (A select over five
-// channels, as the loop once had, locks all five for every batch it takes:
-// 3% of the server's CPU at pipeline depth 16.)
+// An owner waits on one channel, in: request batches, and control batches
+// for its timers and for Close. (A select over five channels, as the loop
+// once had, locks all five for every batch it takes: 3% of the server's
+// CPU at pipeline depth 16.)
 var (
 	ctlSweep   = &batch{ctl: ctlSweepTick}
 	ctlPersist = &batch{ctl: ctlPersistTick}
@@ -156,123 +151,8 @@ const (
 	ctlSweepTick = iota + 1
 	ctlPersistTick
 	ctlStop
-	ctlHold // park the goroutine for RunHeld (batch.hold)
+	ctlHold // park the owner for a Session's hold (batch.hold)
 )
-
-func (sh *shard) loop() {
-	stop, done := make(chan struct{}), make(chan struct{})
-	go sh.ticks(stop, done)
-	waited := 0 // commands run since a step was last due
-	for {
-		var b *batch
-		due := sh.stepDue()
-		if due && sh.stepWaits() {
-			// The committer is behind (a disk slower than this shard's
-			// changes, or Pebble holding writes back while it flushes a
-			// snapshot round's burst): serve batches, and step again once
-			// it has caught up. Sending more would fill its queue and then
-			// block this goroutine, and every client with it.
-			select {
-			case b = <-sh.in:
-			case <-sh.room:
-				continue
-			}
-		} else if due {
-			// Batches go first: a step runs when none is queued, or once
-			// writeChunk/2 commands ran since it was due. A command changes
-			// at most one key, so even a shard that is never idle writes
-			// out twice as fast as it changes keys, and its write-out ends
-			// within its second. (A client's pipeline would otherwise wait
-			// behind a step, and an event loop serving many clients one
-			// after another adds those waits up.)
-			if waited >= writeChunk/2 {
-				waited = 0
-				sh.step()
-				continue
-			}
-			select {
-			case b = <-sh.in:
-			default:
-				waited = 0
-				sh.step()
-				continue
-			}
-		} else {
-			waited = 0 // counting starts when a step falls due
-			b = <-sh.in
-		}
-		switch b.ctl {
-		case 0:
-			if due {
-				waited += len(b.ops) // before the batch is done and reused
-			}
-			sh.runBatch(b)
-		case ctlSweepTick:
-			// A frozen clock (DEBUG CLOCK) belongs to a test that drives
-			// time itself: sweeping at one frozen instant would delete keys
-			// that exist again when the test moves the clock back.
-			if !sh.clock.Frozen() {
-				sh.sweep(sh.clock.Now())
-			}
-			sh.publish()
-			if sh.writeThrough() {
-				sh.writeDirty() // the sweep's deletions
-				sh.sendChanges(nil)
-			}
-		case ctlPersistTick:
-			sh.startWriteOut()
-			sh.step()
-		case ctlHold:
-			sh.runHold(b)
-		case ctlStop:
-			close(stop)
-			<-done
-			// Sessions hold the store's read lock while their batches are in
-			// flight and Close waited for it, so no batch is left; hand the
-			// last changes to the committer, which Close drains next.
-			sh.writeDirty()
-			sh.sendChanges(nil)
-			// The batch holds copies of the keys; nothing reads the table
-			// once this goroutine is gone.
-			sh.t.release()
-			return
-		}
-	}
-}
-
-// ticks sends the sweep and write-out ticks to the shard's goroutine as
-// control batches until stop is closed. A tick that finds the shard busy
-// waits for it; the ticker drops the ones that fall due meanwhile.
-func (sh *shard) ticks(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	var tick, persistTick <-chan time.Time
-	if sh.cfg.SweepInterval > 0 {
-		tk := time.NewTicker(sh.cfg.SweepInterval)
-		defer tk.Stop()
-		tick = tk.C
-	}
-	if sh.p != nil && !sh.writeThrough() {
-		tk := time.NewTicker(sh.cfg.PersistInterval)
-		defer tk.Stop()
-		persistTick = tk.C
-	}
-	for {
-		var b *batch
-		select {
-		case <-tick:
-			b = ctlSweep
-		case <-persistTick:
-			b = ctlPersist
-		case <-stop:
-			return
-		}
-		select {
-		case sh.in <- b:
-		case <-stop:
-			return
-		}
-	}
-}
 
 func (sh *shard) runBatch(b *batch) {
 	sh.by = b.by
@@ -287,18 +167,24 @@ func (sh *shard) runBatch(b *batch) {
 	for _, op := range b.ops {
 		sh.exec(op, now)
 	}
-	sh.endBatch(b.wg)
+	sh.endBatch(b.wg, b.synced)
 }
 
 // endBatch ends a request batch or a hold: it publishes the shard's
 // counters and hands the changes made to persistence, then calls wg.Done
-// (under FsyncAlways once they are synced).
-func (sh *shard) endBatch(wg *sync.WaitGroup) {
+// (under FsyncAlways once they are synced, unless synced is set: then at
+// once, and synced.Done once they are synced).
+func (sh *shard) endBatch(wg, synced doner) {
 	sh.publish()
 	if sh.writeThrough() {
 		sh.writeDirty()
-		sh.sendChanges(wg)
-		return
+		if synced == nil {
+			sh.sendChanges(wg)
+			return
+		}
+		sh.sendChanges(synced)
+	} else if synced != nil {
+		synced.Done()
 	}
 	wg.Done()
 }
@@ -501,7 +387,7 @@ func (sh *shard) clearDirty() {
 // sendChanges hands the batch's changes to the committer and arranges for
 // wg.Done: at once, or under FsyncAlways once this shard's changes so far
 // are synced (so no reply reports state that a crash could still undo).
-func (sh *shard) sendChanges(wg *sync.WaitGroup) {
+func (sh *shard) sendChanges(wg doner) {
 	if sh.p == nil {
 		if wg != nil {
 			wg.Done()

@@ -44,9 +44,15 @@ import (
 
 // Config configures a Store. The zero value is usable: EnsureDefaults fills it.
 type Config struct {
-	// Shards is the number of shard owner goroutines. Default 16 (the
-	// binary passes the number of CPUs). Must be 1..16384.
+	// Shards is the number of shards. Default 16 (the binary passes the
+	// number of CPUs). Must be 1..16384.
 	Shards int
+	// Owners, if set, is the number of hosted owners the shards are spread
+	// over (shard i to owner i mod Owners), each run by the goroutine of
+	// the Host it is given (Owner.Adopt): the wire layer's event loops.
+	// 0 gives every shard an owner running a goroutine of its own. Must be
+	// 0..Shards.
+	Owners int
 	// Clock is the server clock; nil means a new wall clock.
 	Clock *Clock
 	// SweepInterval is how often each shard runs one step of its incremental
@@ -140,6 +146,9 @@ func (c *Config) Validate() error {
 	if c.Shards < 1 || c.Shards > cluster.SlotCount {
 		return fmt.Errorf("store: shards must be between 1 and %d, got %d", cluster.SlotCount, c.Shards)
 	}
+	if c.Owners < 0 || c.Owners > c.Shards {
+		return fmt.Errorf("store: owners must be between 0 and the number of shards (%d), got %d", c.Shards, c.Owners)
+	}
 	if c.SweepFraction < 1 {
 		return fmt.Errorf("store: invalid sweep settings")
 	}
@@ -150,11 +159,19 @@ func (c *Config) Validate() error {
 type Store struct {
 	cfg    Config
 	shards []*shard
-	mu     sync.RWMutex // held shared while a Session runs; exclusively by Close
-	closed bool
-	wg     sync.WaitGroup
-	p      *persister                // nil: in memory only
-	bcast  atomic.Pointer[broadcast] // SetBroadcast's, shared by the shards
+	owners []*Owner
+	// Sessions count themselves in active while they run batches; Close
+	// sets closed, then waits for active to fall to 0. (Not an RWMutex: a
+	// waiting Close would block a new session's read lock on an event
+	// loop that another loop's session waits for, a deadlock.)
+	active    atomic.Int64
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	tickStop  chan struct{}
+	wg        sync.WaitGroup
+	p         *persister                // nil: in memory only
+	bcast     atomic.Pointer[broadcast] // SetBroadcast's, shared by the shards
 }
 
 // New starts a store and its shard goroutines.
@@ -163,7 +180,7 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg}
+	s := &Store{cfg: cfg, tickStop: make(chan struct{})}
 	var dd *dataDir
 	if cfg.DataDir != "" {
 		var db *pebble.DB
@@ -187,6 +204,18 @@ func New(cfg Config) (*Store, error) {
 		sh.bcast = &s.bcast
 		s.shards = append(s.shards, sh)
 	}
+	n, hosted := cfg.Owners, cfg.Owners > 0
+	if !hosted {
+		n = cfg.Shards
+	}
+	for i := range n {
+		s.owners = append(s.owners, newOwner(s, i, hosted))
+	}
+	for i, sh := range s.shards {
+		o := s.owners[i%n]
+		sh.o = o
+		o.shards = append(o.shards, sh)
+	}
 	if s.p != nil {
 		s.p.shards = s.shards
 		if err := s.load(); err != nil {
@@ -200,15 +229,34 @@ func New(cfg Config) (*Store, error) {
 			sh.sendChanges(nil)
 		}
 	}
-	for _, sh := range s.shards {
+	for _, o := range s.owners {
 		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			sh.loop()
-		}()
+		go o.ticks(s.tickStop)
+		if !hosted {
+			o.start()
+		}
 	}
 	return s, nil
 }
+
+// Owners returns the store's owners: with Config.Owners, the hosted ones
+// to Adopt.
+func (s *Store) Owners() []*Owner { return s.owners }
+
+// Hosted reports whether the owners are hosted (Config.Owners).
+func (s *Store) Hosted() bool { return s.cfg.Owners > 0 }
+
+// enter counts a session in; false: the store is closed.
+func (s *Store) enter() bool {
+	s.active.Add(1)
+	if s.closed.Load() {
+		s.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *Store) leave() { s.active.Add(-1) }
 
 // load replays the log into every shard before any is served, checks it
 // lost nothing synced, and opens the dir for writing. Expiry is judged by
@@ -334,16 +382,28 @@ func (s *Store) ShardOfSlot(slot int) int { return slot * len(s.shards) / cluste
 // Close stops the shard goroutines after in-flight sessions finish. Later
 // Runs fail their requests with ErrClosed (their Status). Close is idempotent.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Store) close() error {
+	s.closed.Store(true)
+	// Sessions in flight finish (their hosts keep serving meanwhile).
+	for s.active.Load() > 0 {
+		time.Sleep(50 * time.Microsecond)
 	}
-	s.closed = true
-	s.mu.Unlock()
+	for _, o := range s.owners {
+		if o.hosted && o.host.Load() == nil && !o.running {
+			o.start() // never adopted, or detached before it started
+		}
+	}
 	s.rewriteBeforeClose()
-	for _, sh := range s.shards {
-		sh.in <- ctlQuit
+	close(s.tickStop)
+	for _, o := range s.owners {
+		o.post(ctlQuit, nil)
+	}
+	for _, o := range s.owners {
+		<-o.done
 	}
 	s.wg.Wait()
 	if s.p != nil {
@@ -381,23 +441,34 @@ type Session struct {
 	// owner sets it (commands: the client's ID). 0 is the store's own.
 	ID      uint64
 	st      *Store
+	home    *Owner // the owner whose goroutine runs the session (SetHome)
 	pending [][]*envelope
 	touched []int
 	batches []batch
-	wg      sync.WaitGroup
-	held    []*envelope // AddHeld's requests, not run yet
-	hold    *hold       // reused by runHeld and Hold; nil until the first
-	inline  *inline     // non-nil between Hold and Release
+	sig     signal
+	local   []*batch // runBatches' batches for home's shards
+	// deferSync: Run does not wait for FsyncAlways's syncs; dur counts
+	// the batches whose changes are not synced yet (DeferSync).
+	deferSync bool
+	dur       syncWait
+	held      []*envelope // AddHeld's requests, not run yet
+	hold      *hold       // reused by runHeld and Hold; nil until the first
+	inline    *inline     // non-nil between Hold and Release
 	// keptInline is the last Hold's state, for the next.
 	keptInline *inline
 }
 
 type batch struct {
-	ops  []*envelope // the requests, in their envelopes
-	by   uint64      // the sending session's ID
-	wg   *sync.WaitGroup
-	ctl  uint8 // 0: a request batch; else a control batch (see shard.loop)
-	hold *hold // a ctlHold batch's
+	ops []*envelope // the requests, in their envelopes
+	sh  *shard      // the shard they run on (a request batch's)
+	by  uint64      // the sending session's ID
+	wg  doner
+	// synced, if set, is told once the batch's changes are synced under
+	// FsyncAlways; wg is then told as soon as the batch ran
+	// (Session.DeferSync).
+	synced doner
+	ctl    uint8 // 0: a request batch; else a control batch (see shard.loop)
+	hold   *hold // a ctlHold batch's
 }
 
 // NewSession returns a Session on s.
@@ -406,7 +477,78 @@ func (s *Store) NewSession() *Session {
 		st:      s,
 		pending: make([][]*envelope, len(s.shards)),
 		batches: make([]batch, len(s.shards)),
+		sig:     signal{c: make(chan struct{}, 1)},
 	}
+}
+
+// SetHome says that the session runs on o's goroutine (an event loop
+// hosting o), until it is set again; nil: on any other goroutine. The
+// session then runs requests for o's shards inline, and serves o's inbox
+// while it waits for other owners. A session whose home is set must not be
+// used on any other goroutine.
+func (ss *Session) SetHome(o *Owner) { ss.home = o }
+
+// Home is the session's home owner (SetHome).
+func (ss *Session) Home() *Owner { return ss.home }
+
+// DeferSync sets whether Run waits, under FsyncAlways, until the changes
+// it made are synced (the default) or returns once its requests ran;
+// AwaitSync then tells when they are synced. It is for an event loop,
+// which serves its other connections while one connection's replies wait
+// for the disk, and whose connections' waits are then grouped into one
+// fsync. A held request's or Hold's changes are still synced before it
+// returns.
+func (ss *Session) DeferSync(on bool) { ss.deferSync = on }
+
+// AwaitSync returns false if every change the session's runs made is
+// synced; otherwise it returns true and calls f, on another goroutine,
+// once they are. f must not block.
+func (ss *Session) AwaitSync(f func()) bool { return ss.dur.await(f) }
+
+// WaitSync returns once every change the session's runs made is synced.
+func (ss *Session) WaitSync() {
+	ch := make(chan struct{})
+	if ss.dur.await(func() { close(ch) }) {
+		<-ch
+	}
+}
+
+// syncWait counts a session's batches whose changes are not synced yet,
+// and calls the function AwaitSync left once none is.
+type syncWait struct {
+	mu sync.Mutex
+	n  int
+	f  func()
+}
+
+func (w *syncWait) add(n int) {
+	w.mu.Lock()
+	w.n += n
+	w.mu.Unlock()
+}
+
+// Done counts one batch synced (the committer's).
+func (w *syncWait) Done() {
+	w.mu.Lock()
+	w.n--
+	var f func()
+	if w.n == 0 {
+		f, w.f = w.f, nil
+	}
+	w.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+func (w *syncWait) await(f func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == 0 {
+		return false
+	}
+	w.f = f
+	return true
 }
 
 // Add queues a request on its key's shard.
@@ -453,9 +595,7 @@ func (ss *Session) runBatches() {
 		return
 	}
 	st := ss.st
-	st.mu.RLock()
-	if st.closed {
-		st.mu.RUnlock()
+	if !st.enter() {
 		for _, i := range ss.touched {
 			for _, op := range ss.pending[i] {
 				op.status = ErrClosed
@@ -464,16 +604,37 @@ func (ss *Session) runBatches() {
 		ss.reset()
 		return
 	}
-	ss.wg.Add(len(ss.touched))
+	ss.sig.add(len(ss.touched))
+	home := ss.home
+	defer_ := ss.deferSync && st.SyncsWrites()
+	if defer_ {
+		ss.dur.add(len(ss.touched))
+	}
 	for _, i := range ss.touched {
 		b := &ss.batches[i]
 		b.ops = ss.pending[i]
-		b.wg = &ss.wg
+		b.wg = &ss.sig
 		b.by = ss.ID
-		st.shards[i].in <- b
+		b.sh = st.shards[i]
+		b.synced = nil
+		if defer_ {
+			b.synced = &ss.dur
+		}
+		if b.sh.o == home {
+			ss.local = append(ss.local, b)
+		} else {
+			b.sh.o.post(b, home)
+		}
 	}
-	ss.wg.Wait()
-	st.mu.RUnlock()
+	// The home shards' batches run here, while the others run on their
+	// owners.
+	for _, b := range ss.local {
+		b.sh.runBatch(b)
+	}
+	clear(ss.local)
+	ss.local = ss.local[:0]
+	ss.sig.wait(home)
+	st.leave()
 	ss.reset()
 }
 

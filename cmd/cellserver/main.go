@@ -34,7 +34,8 @@ type Config struct {
 	Addr        string // TCP listen address
 	RequirePass string // password of the default user; empty: no AUTH
 	Threads     int    // GOMAXPROCS; 0: the Go runtime's default (the CPUs available)
-	Shards      int    // shard owner goroutines
+	Shards      int    // keyspace shards
+	ShardOwners string // loops (default): the event loops run the shards; goroutines: each shard its own
 	EnableDebug string // no | yes | local
 	MaxClients  int
 	MaxKeyBytes int           // longest key accepted; 0: no limit
@@ -88,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.AdminPassword, "admin-password", "", "`password` of the user admin (AUTH admin PASSWORD), the only one that may run CLUSTER SETTOPOLOGY, CLUSTER IMPORTSTATE and DEBUG; without it only loopback clients may (every node of a cluster must share it)")
 	fs.IntVar(&c.Threads, "threads", 0, "CPUs to run Go code on at once (GOMAXPROCS); event loops and the default number of shards follow it (default: every CPU available, cgroup limits included)")
 	fs.IntVar(&c.Shards, "shards", 0, "number of keyspace shards, each owned by one goroutine (default: --threads)")
+	fs.StringVar(&c.ShardOwners, "shard-owners", "loops", "what runs the shards: loops (the event loops, one per thread, each owning shards i mod threads: a command on the loop's own shards runs inline) or goroutines (one per shard, every command handed over)")
 	fs.StringVar(&c.EnableDebug, "enable-debug-command", "no", "allow DEBUG (e.g. DEBUG CLOCK): no, yes, or local (loopback clients only)")
 	fs.IntVar(&c.MaxClients, "maxclients", 10000, "maximum simultaneous client connections (lowered at start to what the open-files limit allows)")
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", commands.DefaultMaxKeyBytes, "longest key in bytes a command accepts (0: no limit)")
@@ -132,6 +134,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		if c.Shards == 0 {
 			c.Shards = runtime.GOMAXPROCS(0)
 		}
+	}
+	if c.ShardOwners != "loops" && c.ShardOwners != "goroutines" {
+		return c, fmt.Errorf("--shard-owners must be loops or goroutines, got %q", c.ShardOwners)
 	}
 	if c.SlowlogMaxLen < 0 {
 		return c, fmt.Errorf("--slowlog-max-len must not be negative, got %d", c.SlowlogMaxLen)
@@ -238,6 +243,10 @@ func run(cfg Config) error {
 		return err
 	}
 	scfg := store.Config{Shards: cfg.Shards, Logger: log}
+	if cfg.ShardOwners == "loops" {
+		// One event loop per thread, each owning shards i mod loops.
+		scfg.Owners = min(runtime.GOMAXPROCS(0), cfg.Shards)
+	}
 	if !cfg.InMemory {
 		scfg.DataDir = cfg.DataDir
 		scfg.Fsync = cfg.Fsync
@@ -296,6 +305,7 @@ func run(cfg Config) error {
 		OutputSoftFor: cfg.OutputSoftFor,
 		IdleTimeout:   cfg.IdleTimeout,
 		Logger:        log,
+		Owners:        st.Owners()[:scfg.Owners],
 	}, exec)
 	if err != nil {
 		return err
@@ -307,7 +317,7 @@ func run(cfg Config) error {
 	if !cfg.InMemory {
 		persistence = cfg.DataDir + " fsync=" + cfg.Fsync.String()
 	}
-	log.Info("cellserver listening", "addr", srv.Addr().String(), "threads", runtime.GOMAXPROCS(0), "shards", st.NumShards(), "persistence", persistence, "maxclients", maxClients, "version", commands.Version)
+	log.Info("cellserver listening", "addr", srv.Addr().String(), "threads", runtime.GOMAXPROCS(0), "shards", st.NumShards(), "shard_owners", cfg.ShardOwners, "persistence", persistence, "maxclients", maxClients, "version", commands.Version)
 
 	if cfg.PprofAddr != "" {
 		go func() {

@@ -46,6 +46,7 @@ type config struct {
 	Rev            string        `json:"rev"`
 	BaselineRev    string        `json:"baseline_rev,omitempty"`
 	BaselineBin    string        `json:"baseline_bin,omitempty"`
+	BaselineArgs   string        `json:"baseline_args,omitempty"`
 	Params         string        `json:"params"`
 	LiveParams     string        `json:"live_params"`
 	BigKeys        int           `json:"big_keys"`
@@ -83,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.CellserverBin, "cellserver-bin", "", "use this cellserver binary instead of building ./cmd/cellserver")
 	fs.StringVar(&c.Rev, "rev", "", "build cellserver from this git revision (a clean git archive snapshot, e.g. HEAD) instead of the work tree")
 	fs.StringVar(&c.BaselineRev, "baseline-rev", "", "also build cellserver at this git revision and run it as a second system beside the first in the CL.THROTTLE scenarios (A B A B)")
+	fs.StringVar(&c.BaselineArgs, "baseline-args", "", "extra flags for the baseline cellserver only, after --server-args (with --baseline-rev HEAD: one binary in two configurations, e.g. \"--threads 1\")")
 	fs.StringVar(&c.BaselineBin, "baseline-bin", "", "the same with a built binary instead of a revision")
 	fs.StringVar(&c.Params, "params", "100 10 1", "max_burst count period of the random-key and hot-key scenarios")
 	fs.StringVar(&c.LiveParams, "live-params", "1000 1 3600", "max_burst count period of the preloaded live-keyspace scenarios (keys must not expire)")
@@ -240,7 +242,16 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "compare: --server-args:", err)
 		return 2
 	}
-	env := &env{cfg: cfg, bin: bin, baseBin: baseBin, baseName: baseName, serverArgs: serverArgs, tmp: tmp, machine: machine}
+	baseArgs, err := bench.SplitArgs(cfg.BaselineArgs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare: --baseline-args:", err)
+		return 2
+	}
+	if len(baseArgs) > 0 && baseName != "" {
+		baseName += " " + strings.Join(baseArgs, " ")
+		machine.Baseline += ", with " + strings.Join(baseArgs, " ")
+	}
+	env := &env{cfg: cfg, bin: bin, baseBin: baseBin, baseName: baseName, serverArgs: serverArgs, baseArgs: baseArgs, tmp: tmp, machine: machine}
 
 	stamp := time.Now().Format("20060102-150405")
 	var report string
@@ -297,6 +308,7 @@ type env struct {
 	baseBin    string // --baseline-rev or --baseline-bin; "" without one
 	baseName   string // its system name, cellserver@<commit>
 	serverArgs []string
+	baseArgs   []string // the baseline's own, after serverArgs
 	tmp        string
 	machine    bench.Machine
 	seq        int
@@ -313,8 +325,12 @@ func (e *env) startCellserver(name string) (*bench.Proc, error) {
 }
 
 func (e *env) startBinary(bin, name string) (*bench.Proc, error) {
+	args := e.serverArgs
+	if name == "cellserver-baseline" {
+		args = append(append([]string(nil), args...), e.baseArgs...)
+	}
 	return bench.StartCellserver(bench.CellserverOptions{
-		Binary: bin, Dir: e.dir(name), Args: e.serverArgs, GCTrace: e.cfg.GCTrace, Name: name,
+		Binary: bin, Dir: e.dir(name), Args: args, GCTrace: e.cfg.GCTrace, Name: name,
 	})
 }
 

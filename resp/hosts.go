@@ -1,0 +1,161 @@
+package resp
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/cellserver/cellserver/store"
+)
+
+// Each event loop hosts one store owner (Config.Owners): the loop's
+// goroutine runs the owner's shards, so a command whose keys live there
+// runs inline while the loop serves its connection, with no hand-off to
+// another thread and back (two cross-thread wake-ups per unpipelined
+// request otherwise). Commands for another loop's shards are handed to that
+// loop as one batch per pipeline and answered when it is done, in request
+// order.
+//
+// gnet gives no handle on a loop before a connection lands on it, so
+// Listen enrolls one loopback connection per loop first (gnet hands
+// enrolled connections to its loops round robin, starting at the first)
+// and takes each one's loop as its owner's host.
+
+// ctlConn marks a loop's control connection (its Context): not a client.
+type ctlConn struct{}
+
+// loopHost runs an owner's Serve on one event loop.
+type loopHost struct {
+	s   *Server
+	el  gnet.EventLoop
+	run gnet.Runnable
+}
+
+// Wake queues the owner's Serve on the loop. Once the engine is stopping
+// the call fails and is dropped: Shutdown detaches the owners afterwards,
+// and their own goroutines serve what is left.
+func (h *loopHost) Wake() { _ = h.el.Execute(context.Background(), h.run) }
+
+func newLoopHost(s *Server, el gnet.EventLoop, o *store.Owner) *loopHost {
+	h := &loopHost{s: s, el: el}
+	h.run = gnet.RunnableFunc(func(context.Context) error {
+		defer func() {
+			// Requests recover their own panics; this is the owner's
+			// machinery, where a panic is a bug. The loop must survive it.
+			if r := recover(); r != nil {
+				s.cfg.Logger.Error("store owner panicked on its event loop", "owner", o.ID(), "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
+		o.Serve()
+		return nil
+	})
+	return h
+}
+
+// hostOwners gives each event loop its owner; before any client connects.
+func (s *Server) hostOwners() error {
+	owners := s.cfg.Owners
+	if len(owners) == 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("resp: a loopback listener for the event loops' control connections: %w", err)
+	}
+	defer ln.Close()
+	s.homes = make(map[gnet.EventLoop]*store.Owner, len(owners))
+	for _, o := range owners {
+		nc, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("resp: a control connection for an event loop: %w", err)
+		}
+		peer, err := ln.Accept()
+		if err != nil {
+			_ = nc.Close()
+			return fmt.Errorf("resp: a control connection for an event loop: %w", err)
+		}
+		s.ctlPeers = append(s.ctlPeers, peer)
+		gc, err := s.cli.EnrollContext(nc, ctlConn{})
+		if err != nil {
+			return fmt.Errorf("resp: a control connection for an event loop: %w", err)
+		}
+		el := gc.EventLoop()
+		if _, dup := s.homes[el]; dup {
+			return fmt.Errorf("resp: two store owners landed on one event loop (gnet no longer assigns round robin)")
+		}
+		s.homes[el] = o
+		s.hosts = append(s.hosts, o)
+	}
+	for el, o := range s.homes {
+		o.Adopt(newLoopHost(s, el, o))
+	}
+	return nil
+}
+
+// detachOwners hands the owners back to goroutines of their own, once the
+// event loops have stopped: the store's Close, and any front end still
+// calling it, are then served.
+func (s *Server) detachOwners() {
+	for _, o := range s.hosts {
+		o.Detach()
+	}
+	s.hosts = nil
+	for _, p := range s.ctlPeers {
+		_ = p.Close()
+	}
+	s.ctlPeers = nil
+}
+
+// homeOf is the owner a connection's loop hosts (nil: none).
+func (s *Server) homeOf(gc gnet.Conn) *store.Owner { return s.homes[gc.EventLoop()] }
+
+// closeAll closes every client connection on its own loop and waits until
+// all are gone (or ctx ends).
+func (s *Server) closeAll(ctx context.Context) {
+	if len(s.hosts) == 0 {
+		return // nothing a closing client runs needs the loops
+	}
+	s.connsMu.Lock()
+	gcs := make([]gnet.Conn, 0, len(s.conns))
+	for _, gc := range s.conns {
+		gcs = append(gcs, gc)
+	}
+	s.connsMu.Unlock()
+	for _, gc := range gcs {
+		_ = gc.Close() // runs on gc's loop; a no-op if it is closed already
+	}
+	for s.nconns.Load() > 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// synced writes a connection's replies once their changes are synced (see
+// process), on its loop, then runs what it sent meanwhile. It is called on
+// the committer's goroutine.
+func (s *Server) synced(gc gnet.Conn, c *conn) {
+	err := gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		c.busy = false
+		if c.closed {
+			c.cl.Close()
+			return nil
+		}
+		if !s.flush(gc, c) || c.cl.Closing() || !s.drainPushes(gc, c) {
+			return gc.Close()
+		}
+		if len(c.buf) > 0 && s.resume(gc, c) == gnet.Close {
+			return gc.Close()
+		}
+		return nil
+	}))
+	if err != nil {
+		// The engine is stopping: the connection is gone and the callback
+		// will not run. Not on the loop: the session must not run its
+		// shards here.
+		c.cl.SetOffLoop(true)
+		c.cl.Close()
+	}
+}
