@@ -335,6 +335,7 @@ type Client struct {
 	// the pipeline goroutine's; kill is under mu.
 	offLoop           bool         // the pipeline runs off the event loops (SetOffLoop)
 	home              *store.Owner // the owner the client's event loop hosts (SetHome)
+	asyncStart        time.Time    // when a pending ExecAsync began
 	replyOff          bool         // CLIENT REPLY OFF
 	skipCur, skipNext bool         // CLIENT REPLY SKIP: this command's reply, the next one's
 	kill              func()
@@ -557,10 +558,20 @@ func (s *Server) Slow(cmds [][][]byte) bool {
 // client quit or the replies went past out.Limit first (the wire layer then
 // writes them and runs the rest, or drops the client).
 func (s *Server) Exec(c *Client, cmds [][][]byte, out *Out) int {
+	n, _ := s.ExecAsync(c, cmds, out, nil)
+	return n
+}
+
+// ExecAsync is Exec for a client on its event loop (SetHome): when the
+// pipeline's queued requests need another loop's shards, it hands them
+// over and returns pending instead of waiting. done is then called, on
+// another goroutine, once they ran, and the caller calls Resume on the
+// loop to write the replies. The pipeline's arguments must stay unchanged
+// until then: the requests in flight read them. With done nil it is Exec.
+func (s *Server) ExecAsync(c *Client, cmds [][][]byte, out *Out, done func()) (n int, pending bool) {
 	out.Proto = c.Proto()
 	now := time.Now()
 	c.lastUsed.Store(now.UnixNano())
-	n := 0
 	for _, args := range cmds {
 		if c.closing || out.Exceeded() {
 			break
@@ -568,11 +579,24 @@ func (s *Server) Exec(c *Client, cmds [][][]byte, out *Out) int {
 		s.execOne(c, args, out)
 		n++
 	}
-	s.finish(c, out)
 	if n > 0 {
 		s.stats.commands.Add(int64(n))
 	}
-	return n
+	// Only a pipeline that ran whole is left pending (one stopped early
+	// has its rest run by the caller after its replies).
+	if done != nil && n == len(cmds) && len(c.slots) > 0 && c.sess.RunAsync(done) {
+		c.asyncStart = now
+		return n, true
+	}
+	s.finish(c, out)
+	return n, false
+}
+
+// Resume writes the replies of a pipeline ExecAsync left pending, once its
+// done was called; on the client's loop.
+func (s *Server) Resume(c *Client, out *Out) {
+	c.sess.Finish()
+	s.finish(c, out)
 }
 
 func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
@@ -825,6 +849,9 @@ func (s *Server) finish(c *Client, out *Out) {
 		return
 	}
 	start := time.Now()
+	if !c.asyncStart.IsZero() { // the requests ran on another loop since then
+		start, c.asyncStart = c.asyncStart, time.Time{}
+	}
 	c.sess.Run()
 	var per, perNs int64
 	if n := int64(len(c.slots)); n > 0 {

@@ -159,3 +159,75 @@ func (s *Server) synced(gc gnet.Conn, c *conn) {
 		c.cl.Close()
 	}
 }
+
+// pend leaves a pipeline pending for another loop's shards: the connection
+// is busy, and buf (c.buf: its requests and their replies read it) is
+// pinned until it is answered, the unparsed rest moving to the spare.
+func (s *Server) pend(c *conn, buf []byte, start int, perr error) {
+	c.busy, c.perr, c.swapped = true, perr, true
+	c.pinned = buf
+	c.buf = append(c.alt[:0], buf[start:]...)
+	c.alt = nil
+}
+
+// remoteDone is called by the last other loop to run one of a pending
+// pipeline's batches: the replies are written on the connection's loop.
+func (s *Server) remoteDone(gc gnet.Conn, c *conn) {
+	err := gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		s.finishRemote(gc, c)
+		return nil
+	}))
+	if err != nil {
+		// The engine is stopping: the connection is gone and the task will
+		// not run. Not on the loop: the session must not run its shards.
+		c.cl.SetOffLoop(true)
+		c.cl.Close()
+	}
+}
+
+// finishRemote writes a pending pipeline's replies (as process does after
+// a pipeline), then runs what the connection sent meanwhile.
+func (s *Server) finishRemote(gc gnet.Conn, c *conn) {
+	var action gnet.Action
+	defer func() {
+		if action == gnet.Close {
+			_ = gc.Close()
+		}
+	}()
+	defer s.recoverConn(c, &action)
+	s.exec.Resume(c.cl, &c.out)
+	if cap(c.pinned) <= 4*initialReadBuffer {
+		c.alt = c.pinned[:0]
+	}
+	c.pinned = nil
+	c.p.giveBack(c.pinnedArgs)
+	c.pinnedArgs = nil
+	if c.closed {
+		c.busy = false
+		c.cl.Close()
+		return
+	}
+	if c.room > 0 && c.out.Len() > c.room {
+		s.overOutput(c, int64(c.out.Len())+int64(gc.OutboundBuffered()))
+		c.out.Reset(0)
+		action = gnet.Close
+		return
+	}
+	perr := c.perr
+	c.perr = nil
+	if perr == nil && !c.cl.Closing() && !c.out.Refs() && c.cl.AwaitSync(func() { s.synced(gc, c) }) {
+		return // still busy: synced writes the replies
+	}
+	c.cl.WaitSync()
+	c.busy = false
+	if perr != nil {
+		c.out.WriteError("ERR " + perr.Error())
+	}
+	if !s.flush(gc, c) || perr != nil || c.cl.Closing() || !s.drainPushes(gc, c) {
+		action = gnet.Close
+		return
+	}
+	if len(c.buf) > 0 {
+		action = s.resume(gc, c)
+	}
+}

@@ -50,6 +50,7 @@ type parser struct {
 	protoMaxBulk int64
 	args         [][]byte // every parsed arg, commands back to back
 	ends         []int    // end index in args of each command
+	spare        [][]byte // room for args while a pending pipeline keeps the last (hand)
 
 	// The unfinished multibulk, if part: left arguments still to come, the
 	// next one at offset pos; offs holds start and end offsets of those
@@ -211,6 +212,24 @@ func (p *parser) reset() {
 	}
 	if cap(p.ends) > maxKeptArgs {
 		p.ends = nil
+	}
+}
+
+// hand drops the parsed commands as reset does, but leaves their arguments
+// to the caller (a pipeline left pending reads them until it is answered)
+// and parses the next into spare room; give them back with giveBack.
+func (p *parser) hand() [][]byte {
+	held := p.args
+	p.args, p.spare = p.spare, nil
+	p.ends = p.ends[:0]
+	return held
+}
+
+// giveBack takes back arguments hand left, once nothing reads them.
+func (p *parser) giveBack(args [][]byte) {
+	clear(args)
+	if cap(args) <= maxKeptArgs && p.spare == nil {
+		p.spare = args[:0]
 	}
 }
 

@@ -368,13 +368,25 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // (lastIO and softSince are also read by the sweeper).
 type conn struct {
 	cl   *commands.Client
-	p    parser
-	buf  []byte // an unfinished request carried over between reads
-	out  commands.Out
-	cmds [][][]byte
-	segs [][]byte // the replies' pieces, for a write with references
-	// busy: a Slow pipeline runs on its own goroutine (see detach); what
-	// the client sends meanwhile waits in buf. closed: the connection
+	home *store.Owner // the owner its loop hosts (nil: none)
+	// A pipeline left pending for another loop's shards (pend): pinned is
+	// the buffer its requests and replies read, kept until it is answered
+	// (then it is alt, the spare that the next pend swaps in); perr the
+	// protocol error that followed it; room its reply room.
+	pinned, alt []byte
+	pinnedArgs  [][]byte // the parsed arguments of that pipeline (parser.hand)
+	swapped     bool
+	perr        error
+	room        int
+	remote      func() // ExecAsync's done: finishRemote on the loop
+	p           parser
+	buf         []byte // an unfinished request carried over between reads
+	out         commands.Out
+	cmds        [][][]byte
+	segs        [][]byte // the replies' pieces, for a write with references
+	// busy: a Slow pipeline runs on its own goroutine (see detach), or a
+	// pipeline's replies wait for another loop's shards (pend) or for the
+	// disk (synced); what the client sends meanwhile waits in buf. closed: the connection
 	// closed while busy, so the goroutine's completion releases the client.
 	busy, closed bool
 	// lastIO: Server.now at the last read. softSince: Server.now when the
@@ -406,7 +418,11 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		p:  parser{protoMaxBulk: s.cfg.ProtoMaxBulkLen},
 	}
 	c.lastIO.Store(s.now.Load())
-	c.cl.SetHome(s.homeOf(gc))
+	c.home = s.homeOf(gc)
+	c.cl.SetHome(c.home)
+	if c.home != nil {
+		c.remote = func() { s.remoteDone(gc, c) }
+	}
 	c.cl.SetFD(gc.Fd())
 	// CLIENT KILL from another connection closes this one on its own loop.
 	c.cl.SetKill(func() {
@@ -478,6 +494,9 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 		return gnet.Close
 	}
 	defer s.recoverConn(c, &action)
+	if c.home != nil {
+		c.home.Poll() // another loop may be waiting for this one's shards
+	}
 	data, err := gc.Next(-1)
 	if err != nil {
 		return gnet.Close
@@ -494,7 +513,10 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 	s.exec.CountNet(len(data), 0)
 	// Parse in place when nothing is carried over (the common case);
 	// otherwise append to the unfinished request first.
-	if len(c.buf) > 0 || c.busy {
+	// A connection of a loop that hosts shards parses from its own buffer:
+	// a pipeline that waits for another loop's shards leaves the loop, and
+	// gnet's buffer is the next read's.
+	if len(c.buf) > 0 || c.busy || c.home != nil {
 		if s.overQueryBuffer(c, len(c.buf)+len(data)) {
 			return gnet.Close
 		}
@@ -559,6 +581,13 @@ func (s *Server) recoverConn(c *conn, action *gnet.Action) {
 // c.buf (data may be c.buf itself).
 func (s *Server) consume(gc gnet.Conn, c *conn, data []byte) gnet.Action {
 	used, open := s.process(gc, c, data)
+	if c.swapped { // a pipeline left pending (see pend): c.buf holds the rest
+		c.swapped = false
+		if !open {
+			return gnet.Close
+		}
+		return gnet.None
+	}
 	rest := data[used:]
 	switch {
 	case !open:
@@ -614,10 +643,15 @@ func (s *Server) process(gc gnet.Conn, c *conn, buf []byte) (int, bool) {
 				s.detach(gc, c, perr)
 				return start, true
 			}
-			ok := s.run(gc, c, c.cmds)
+			ok, pending := s.run(gc, c, c.cmds)
 			clear(c.cmds)
 			if cap(c.cmds) > maxKeptArgs {
 				c.cmds = nil
+			}
+			if pending {
+				c.pinnedArgs = c.p.hand()
+				s.pend(c, buf, start, perr)
+				return start, true
 			}
 			c.p.reset()
 			if !ok {
@@ -626,7 +660,9 @@ func (s *Server) process(gc gnet.Conn, c *conn, buf []byte) (int, bool) {
 		}
 		// Replies go out once the pipeline's changes are on disk (--fsync
 		// always); the loop serves its other connections meanwhile.
-		if perr == nil && !c.cl.Closing() && c.cl.AwaitSync(func() { s.synced(gc, c) }) {
+		// (Not with replies that reference the request's bytes, which the
+		// next read may overwrite.)
+		if perr == nil && !c.cl.Closing() && !c.out.Refs() && c.cl.AwaitSync(func() { s.synced(gc, c) }) {
 			c.busy = true
 			return start, true
 		}
@@ -650,31 +686,42 @@ const flushAt = 1 << 20
 
 // run executes a pipeline, writing its replies once they pass flushAt.
 // false: the client went over its hard output limit and must be closed.
-func (s *Server) run(gc gnet.Conn, c *conn, cmds [][][]byte) bool {
+// pending: the pipeline's requests wait for another loop's shards (see
+// pend), and its replies are written once they ran.
+func (s *Server) run(gc gnet.Conn, c *conn, cmds [][][]byte) (ok, pending bool) {
 	for len(cmds) > 0 {
 		room := s.replyRoom(gc)
 		c.out.Limit, c.out.Room = flushAt, room
 		if room > 0 && room < flushAt {
 			c.out.Limit = room
 		}
-		n := s.exec.Exec(c.cl, cmds, &c.out)
+		var n int
+		if c.home != nil {
+			n, pending = s.exec.ExecAsync(c.cl, cmds, &c.out, c.remote)
+		} else {
+			n = s.exec.Exec(c.cl, cmds, &c.out)
+		}
+		if pending {
+			c.room = room
+			return true, true
+		}
 		cmds = cmds[n:]
 		if room > 0 && c.out.Len() > room {
 			s.overOutput(c, int64(c.out.Len())+int64(gc.OutboundBuffered()))
 			c.out.Reset(0)
-			return false
+			return false, false
 		}
 		if len(cmds) == 0 || c.cl.Closing() {
-			return true
+			return true, false
 		}
 		// The buffer is kept for the rest of the pipeline; what it holds is
 		// acknowledged once written, so it waits for the disk first.
 		c.cl.WaitSync()
 		if !s.flushKeep(gc, c, 2*flushAt) {
-			return false
+			return false, false
 		}
 	}
-	return true
+	return true, false
 }
 
 // flush writes the replies built so far (gnet keeps whatever the socket

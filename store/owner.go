@@ -172,6 +172,23 @@ func (o *Owner) Serve() {
 	}
 }
 
+// Poll runs the batches waiting for a hosted owner now, without a step:
+// its host calls it between connections, so that another loop waiting for
+// one of the owner's shards waits for one connection's work, not for a
+// whole round of the host's ready connections. On the host's goroutine.
+func (o *Owner) Poll() {
+	for len(o.in) > 0 {
+		select {
+		case b := <-o.in:
+			if o.handle(b) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
 // loop runs an owner on its own goroutine until ctlStop.
 func (o *Owner) loop() {
 	for {
@@ -384,7 +401,10 @@ type doner interface{ Done() }
 // its waiter can serve its own owner's inbox while it waits.
 type signal struct {
 	n atomic.Int32
-	c chan struct{} // one send when n reaches 0
+	c chan struct{} // one send when n reaches 0, unless cb is set
+	// cb, set by RunAsync before it sends its batches, is called instead
+	// by whoever counts the last batch.
+	cb func()
 }
 
 func (s *signal) add(n int) { s.n.Add(int32(n)) }
@@ -392,6 +412,11 @@ func (s *signal) add(n int) { s.n.Add(int32(n)) }
 // Done counts one batch finished.
 func (s *signal) Done() {
 	if s.n.Add(-1) == 0 {
+		if cb := s.cb; cb != nil {
+			s.cb = nil
+			cb()
+			return
+		}
 		s.c <- struct{}{}
 	}
 }

@@ -451,6 +451,7 @@ type Session struct {
 	// the batches whose changes are not synced yet (DeferSync).
 	deferSync bool
 	dur       syncWait
+	async     bool        // a RunAsync is not finished
 	held      []*envelope // AddHeld's requests, not run yet
 	hold      *hold       // reused by runHeld and Hold; nil until the first
 	inline    *inline     // non-nil between Hold and Release
@@ -589,23 +590,73 @@ func (ss *Session) Run() {
 	ss.runBatches()
 }
 
-// runBatches sends each touched shard its batch and waits for all.
-func (ss *Session) runBatches() {
-	if len(ss.touched) == 0 {
-		return
+// RunAsync is Run for a session on its home owner's goroutine that must
+// not wait for other owners (an event loop serving other connections
+// meanwhile): it runs the held requests and the home's shards' batches
+// now and, if it sent batches to other owners, returns true at once; done
+// is then called, on another owner's goroutine, once they ran, and the
+// session's owner calls Finish before it uses the session again. It
+// returns false when everything ran (Finish is then not needed). Without
+// a home it is Run.
+func (ss *Session) RunAsync(done func()) bool {
+	if len(ss.held) > 0 {
+		ss.runHeld()
+	}
+	home := ss.home
+	remote := false
+	for _, i := range ss.touched {
+		remote = remote || ss.st.shards[i].o != home
+	}
+	if home == nil || !remote {
+		ss.runBatches()
+		return false
 	}
 	st := ss.st
 	if !st.enter() {
-		for _, i := range ss.touched {
-			for _, op := range ss.pending[i] {
-				op.status = ErrClosed
-			}
-		}
-		ss.reset()
-		return
+		ss.failClosed()
+		return false
 	}
-	ss.sig.add(len(ss.touched))
-	home := ss.home
+	// One count more than the batches, the session's own: whoever counts
+	// the last calls the callback, unless it is the session itself, which
+	// then knows that everything ran.
+	ss.sig.add(len(ss.touched) + 1)
+	ss.sig.cb = func() {
+		st.leave()
+		done()
+	}
+	ss.send()
+	if ss.sig.n.Add(-1) == 0 {
+		ss.sig.cb = nil
+		st.leave()
+		ss.reset()
+		return false
+	}
+	ss.async = true
+	return true
+}
+
+// Finish ends a RunAsync that returned true, once its done was called.
+func (ss *Session) Finish() {
+	if ss.async {
+		ss.async = false
+		ss.reset()
+	}
+}
+
+func (ss *Session) failClosed() {
+	for _, i := range ss.touched {
+		for _, op := range ss.pending[i] {
+			op.status = ErrClosed
+		}
+	}
+	ss.reset()
+}
+
+// send hands each touched shard its batch: the other owners' through
+// their inboxes, then the home's run here, while the others run on their
+// owners.
+func (ss *Session) send() {
+	st, home := ss.st, ss.home
 	defer_ := ss.deferSync && st.SyncsWrites()
 	if defer_ {
 		ss.dur.add(len(ss.touched))
@@ -626,14 +677,26 @@ func (ss *Session) runBatches() {
 			b.sh.o.post(b, home)
 		}
 	}
-	// The home shards' batches run here, while the others run on their
-	// owners.
 	for _, b := range ss.local {
 		b.sh.runBatch(b)
 	}
 	clear(ss.local)
 	ss.local = ss.local[:0]
-	ss.sig.wait(home)
+}
+
+// runBatches sends each touched shard its batch and waits for all.
+func (ss *Session) runBatches() {
+	if len(ss.touched) == 0 {
+		return
+	}
+	st := ss.st
+	if !st.enter() {
+		ss.failClosed()
+		return
+	}
+	ss.sig.add(len(ss.touched))
+	ss.send()
+	ss.sig.wait(ss.home)
 	st.leave()
 	ss.reset()
 }
