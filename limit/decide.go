@@ -55,7 +55,7 @@ func Decide(specs []Spec, states [][]byte, now int64, opt Options, res []Result,
 	var ends [MaxLimits]int
 	start := len(buf)
 	for i := range specs {
-		write := admitted && !opt.Peek && specs[i].Cost > 0
+		write := admitted && charges(opt, specs[i].Cost)
 		r, b, exp, err := specs[i].Limit.charge(buf, states[i], now, specs[i].Cost, opt.MS, write)
 		if err != nil {
 			return Decision{}, buf, err
@@ -88,6 +88,18 @@ func Decide(specs []Spec, states [][]byte, now int64, opt Options, res []Result,
 		}
 	}
 	return d, buf, nil
+}
+
+// charges reports whether a call with options opt charges a limit of cost
+// if it is admitted: not with PEEK, and not a cost of 0.
+func charges(opt Options, cost uint32) bool { return !opt.Peek && cost > 0 }
+
+// single is the outcome of an admitted or rejected call of one limit, what
+// Decide gives for it: that limit decides (index 1), and its result wrote
+// iff it charged. The typed single-limit decisions (DecideFW, DecideSWC,
+// DecideGCRA) end with it.
+func single(r R5, wrote bool, exp int64) (Decision, Result) {
+	return Decision{R5: r, Index: 1}, Result{R5: r, Write: wrote, ExpireAt: exp}
 }
 
 // rejected completes a rejected call: the limits that would admit show their

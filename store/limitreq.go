@@ -20,7 +20,10 @@ type LimitReq struct {
 	Call limit.Call // parsed by limit.ParseLimit
 
 	Decision limit.Decision
-	Results  [limit.MaxLimits]limit.Result // Results[i] for Call.Limits[i]; State aliases the request
+	// Results[i] is Call.Limits[i]'s. Its State, when set, aliases the
+	// request; a call decided on its entry's fields (decideInline) does
+	// not set it: the store has written the state, and nothing reads it.
+	Results [limit.MaxLimits]limit.Result
 	// Err is ErrWrongType (a key holds another kind: nothing was charged),
 	// or a state that does not decode (limit.ErrCorrupt).
 	Err error
@@ -62,14 +65,29 @@ func (r *LimitReq) run(sh *shard, now int64) {
 // giving each key's shard: passed through an interface it would escape,
 // an allocation per call.
 func (r *LimitReq) decide(st *Store, one *shard, now int64) {
-	r.Now = now
+	r.Now, r.Err = now, nil
+	specs := r.Call.Limits
+	if len(specs) == 1 {
+		sh := one
+		if sh == nil {
+			sh = st.shards[st.ShardOf(specs[0].Key)]
+		}
+		if r.decideInline(sh, now) {
+			return
+		}
+	}
+	r.decideEach(st, one, now)
+}
+
+// decideEach is decide for any call: each key's state encoded for
+// limit.Decide, the new ones stored from its encodings.
+func (r *LimitReq) decideEach(st *Store, one *shard, now int64) {
 	shardOf := func(key []byte) *shard {
 		if one != nil {
 			return one
 		}
 		return st.shards[st.ShardOf(key)]
 	}
-	r.Err = nil
 	specs := r.Call.Limits
 	nowMs := floorMs(now)
 	states, hashes := &r.states, &r.hashes
@@ -121,4 +139,93 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 		sh.markDirty(uint32(ei))
 		sh.changed(s.Key, sh.by)
 	}
+}
+
+// decideInline is decide for the common call: one GCRA, FW or SWC limit
+// whose key is missing or holds a state of that kind in its entry (a GCRA
+// TAT, an FW or SWC state inline). It decides on the entry's fields with
+// the typed decisions (limit.DecideFW, DecideSWC, DecideGCRA: Decide's
+// arithmetic, without encoding the state for it and decoding its answer
+// back into the entry) and stores the new fields. It reports false,
+// having changed nothing, for any other call or key: decide then runs it
+// as it runs every call (a key of another kind is ErrWrongType there).
+func (r *LimitReq) decideInline(sh *shard, now int64) bool {
+	s := &r.Call.Limits[0]
+	t := sh.t
+	h := r.keyHash(t, s.Key) // warm's, when queued by Add
+	ei := sh.find(s.Key, h, floorMs(now))
+	var e *entry
+	if ei >= 0 {
+		e = t.at(uint32(ei))
+	}
+	// entry returns the key's entry for the new state, inserting it (wide
+	// for an inline kind) if it is missing.
+	entry := func(k limit.Kind) *entry {
+		if ei < 0 {
+			ei = int64(t.insertFor(s.Key, h, k))
+		}
+		return t.at(uint32(ei))
+	}
+	var res limit.Result
+	switch l := s.Limit.(type) {
+	case limit.FW:
+		var cur limit.FWState
+		if e != nil {
+			if e.outKind() != limit.KindFW || !e.inlineState() {
+				return false
+			}
+			cur = inlineFW(e)
+		}
+		var next limit.FWState
+		r.Decision, res, next = limit.DecideFW(l, cur, e != nil, now, s.Cost, r.Call.Options)
+		if res.Write {
+			e = entry(limit.KindFW)
+			t.putFW(e, next) // wide: it held an inline state, or insertFor made it so
+		}
+	case limit.SWC:
+		var cur limit.SWCState
+		if e != nil {
+			if e.outKind() != limit.KindSWC || !e.inlineState() {
+				return false
+			}
+			cur = inlineSWC(e)
+		}
+		var next limit.SWCState
+		r.Decision, res, next = limit.DecideSWC(l, cur, e != nil, now, s.Cost, r.Call.Options)
+		if res.Write {
+			if e = entry(limit.KindSWC); !t.putSWC(e, next) {
+				// Counts past the room's 32 bits (a merged state's):
+				// stored as setState stores any state that does not fit.
+				r.buf, _ = next.AppendBinary(r.buf[:0])
+				t.setState(e, r.buf)
+			}
+		}
+	case limit.GCRA:
+		var cur limit.GCRAState
+		if e != nil {
+			if e.outKind() != 0 {
+				return false
+			}
+			cur.TAT = e.tat
+		}
+		var next limit.GCRAState
+		var err error
+		if r.Decision, res, next, err = limit.DecideGCRA(l, cur, e != nil, now, s.Cost, r.Call.Options); err != nil {
+			r.Err = err
+			return true
+		}
+		if res.Write {
+			e = entry(limit.KindGCRA)
+			t.setTAT(e, next.TAT)
+		}
+	default:
+		return false
+	}
+	r.Results[0] = res
+	if res.Write {
+		sh.setExp(e, res.ExpireAt)
+		sh.markDirty(uint32(ei))
+		sh.changed(s.Key, sh.by)
+	}
+	return true
 }
