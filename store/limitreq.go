@@ -37,6 +37,7 @@ type LimitReq struct {
 	// Per-call scratch, kept here so a call does not zero it on the stack.
 	states [limit.MaxLimits][]byte
 	hashes [limit.MaxLimits]uint64
+	shs    [limit.MaxLimits]*shard
 }
 
 // Shards returns the shards of the call's keys, ascending, without
@@ -82,17 +83,19 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 // decideEach is decide for any call: each key's state encoded for
 // limit.Decide, the new ones stored from its encodings.
 func (r *LimitReq) decideEach(st *Store, one *shard, now int64) {
-	shardOf := func(key []byte) *shard {
-		if one != nil {
-			return one
-		}
-		return st.shards[st.ShardOf(key)]
-	}
 	specs := r.Call.Limits
 	nowMs := floorMs(now)
-	states, hashes := &r.states, &r.hashes
+	states, hashes, shs := &r.states, &r.hashes, &r.shs
+	// Each key's shard, found once: a key's slot (its hash tag, CRC16)
+	// costs more than the lookup in its table.
 	for i, s := range specs {
-		sh := shardOf(s.Key)
+		if shs[i] = one; one == nil {
+			shs[i] = st.shards[st.ShardOf(s.Key)]
+		}
+	}
+	defer clear(shs[:len(specs)]) // no reference into the store past the call
+	for i, s := range specs {
+		sh := shs[i]
 		if i == 0 {
 			hashes[0] = r.keyHash(sh.t, s.Key) // warm's, when queued by Add
 		} else {
@@ -103,10 +106,10 @@ func (r *LimitReq) decideEach(st *Store, one *shard, now int64) {
 	// States are read only once every key was looked up: a lookup that
 	// removes an expired key may compact the arena, and a state read
 	// before it would then point into memory given back to the system.
-	for i, s := range specs {
+	for i := range specs {
 		states[i] = nil
 		if r.eis[i] >= 0 {
-			t := shardOf(s.Key).t
+			t := shs[i].t
 			states[i] = t.state(t.at(uint32(r.eis[i])), r.local[i][:0])
 		}
 	}
@@ -130,7 +133,7 @@ func (r *LimitReq) decideEach(st *Store, one *shard, now int64) {
 		if !res.Write {
 			continue
 		}
-		sh := shardOf(s.Key)
+		sh := shs[i]
 		ei := r.eis[i]
 		if ei < 0 {
 			ei = int64(sh.t.insertFor(s.Key, hashes[i], limit.KindOf(res.State)))
