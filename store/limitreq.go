@@ -38,6 +38,8 @@ type LimitReq struct {
 	states [limit.MaxLimits][]byte
 	hashes [limit.MaxLimits]uint64
 	shs    [limit.MaxLimits]*shard
+	fields [limit.MaxLimits]limit.Fields // decideFields' states
+	next   [limit.MaxLimits]limit.Fields // and the new ones
 }
 
 // Shards returns the shards of the call's keys, ascending, without
@@ -77,15 +79,19 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 			return
 		}
 	}
-	r.decideEach(st, one, now)
+	r.lookup(st, one, now)
+	defer clear(r.shs[:len(specs)]) // no reference into the store past the call
+	if !r.decideFields(now) {
+		r.decideEach(now)
+	}
 }
 
-// decideEach is decide for any call: each key's state encoded for
-// limit.Decide, the new ones stored from its encodings.
-func (r *LimitReq) decideEach(st *Store, one *shard, now int64) {
+// lookup finds each key of the call: its shard (r.shs), hash and entry
+// (r.eis, -1 for a missing key).
+func (r *LimitReq) lookup(st *Store, one *shard, now int64) {
 	specs := r.Call.Limits
 	nowMs := floorMs(now)
-	states, hashes, shs := &r.states, &r.hashes, &r.shs
+	hashes, shs := &r.hashes, &r.shs
 	// Each key's shard, found once: a key's slot (its hash tag, CRC16)
 	// costs more than the lookup in its table.
 	for i, s := range specs {
@@ -93,7 +99,6 @@ func (r *LimitReq) decideEach(st *Store, one *shard, now int64) {
 			shs[i] = st.shards[st.ShardOf(s.Key)]
 		}
 	}
-	defer clear(shs[:len(specs)]) // no reference into the store past the call
 	for i, s := range specs {
 		sh := shs[i]
 		if i == 0 {
@@ -103,6 +108,14 @@ func (r *LimitReq) decideEach(st *Store, one *shard, now int64) {
 		}
 		r.eis[i] = sh.find(s.Key, hashes[i], nowMs)
 	}
+}
+
+// decideEach is decide for any call, once its keys were looked up: each
+// key's state encoded for limit.Decide, the new ones stored from its
+// encodings.
+func (r *LimitReq) decideEach(now int64) {
+	specs := r.Call.Limits
+	states, hashes, shs := &r.states, &r.hashes, &r.shs
 	// States are read only once every key was looked up: a lookup that
 	// removes an expired key may compact the arena, and a state read
 	// before it would then point into memory given back to the system.
@@ -226,6 +239,70 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 	}
 	r.Results[0] = res
 	if res.Write {
+		sh.setExp(e, res.ExpireAt)
+		sh.markDirty(uint32(ei))
+		sh.changed(s.Key, sh.by)
+	}
+	return true
+}
+
+// decideFields is decideEach's common case, once every key was looked up
+// (r.eis, r.shs, r.hashes): every limit a GCRA, FW or SWC whose key is
+// missing or holds its state in the entry. It decides on the entries'
+// fields (limit.DecideFields) and stores the new ones, as decideInline
+// does for one limit. It reports false, having changed nothing, for any
+// other call.
+func (r *LimitReq) decideFields(now int64) bool {
+	specs := r.Call.Limits
+	fs := &r.fields
+	for i, s := range specs {
+		f := limit.Fields{}
+		if ei := r.eis[i]; ei >= 0 {
+			e := r.shs[i].t.at(uint32(ei))
+			switch k := s.Limit.Kind(); {
+			case k == limit.KindGCRA && e.outKind() == 0:
+				f.Kind, f.GCRA.TAT = k, e.tat
+			case k == limit.KindFW && e.outKind() == k && e.inlineState():
+				f.Kind, f.FW = k, inlineFW(e)
+			case k == limit.KindSWC && e.outKind() == k && e.inlineState():
+				f.Kind, f.SWC = k, inlineSWC(e)
+			default:
+				return false
+			}
+		} else if k := s.Limit.Kind(); k != limit.KindGCRA && k != limit.KindFW && k != limit.KindSWC {
+			return false
+		}
+		fs[i] = f
+	}
+	n := len(specs)
+	d, err := limit.DecideFields(specs, fs[:n], now, r.Call.Options, r.Results[:n], r.next[:n])
+	if err != nil {
+		r.Err = err // none: the kinds were checked
+		return true
+	}
+	r.Decision = d
+	for i, s := range specs {
+		res := &r.Results[i]
+		if !res.Write {
+			continue
+		}
+		sh, t, f := r.shs[i], r.shs[i].t, &r.next[i]
+		ei := r.eis[i]
+		if ei < 0 {
+			ei = int64(t.insertFor(s.Key, r.hashes[i], f.Kind))
+		}
+		e := t.at(uint32(ei))
+		switch f.Kind {
+		case limit.KindGCRA:
+			t.setTAT(e, f.GCRA.TAT)
+		case limit.KindFW:
+			t.putFW(e, f.FW)
+		case limit.KindSWC:
+			if !t.putSWC(e, f.SWC) {
+				r.buf, _ = f.SWC.AppendBinary(r.buf[:0]) // see decideInline
+				t.setState(e, r.buf)
+			}
+		}
 		sh.setExp(e, res.ExpireAt)
 		sh.markDirty(uint32(ei))
 		sh.changed(s.Key, sh.by)
