@@ -130,12 +130,14 @@ func decideSteps(specs []Spec, opt Options, res []Result, step stepFunc) (Decisi
 // if it is admitted: not with PEEK, and not a cost of 0.
 func charges(opt Options, cost uint32) bool { return !opt.Peek && cost > 0 }
 
-// single is the outcome of an admitted or rejected call of one limit, what
-// Decide gives for it: that limit decides (index 1), and its result wrote
-// iff it charged. The typed single-limit decisions (DecideFW, DecideSWC,
-// DecideGCRA) end with it.
-func single(r R5, wrote bool, exp int64) (Decision, Result) {
-	return Decision{R5: r, Index: 1}, Result{R5: r, Write: wrote, ExpireAt: exp}
+// single sets the outcome of an admitted or rejected call of one limit,
+// what Decide gives for it: that limit decides (index 1), and its result
+// wrote iff it charged. The typed single-limit decisions (DecideFW,
+// DecideSWC, DecideGCRA) end with it; they fill the caller's d and res in
+// place, which copying them back costs more than deciding FW does.
+func single(r R5, wrote bool, exp int64, d *Decision, res *Result) {
+	*d = Decision{R5: r, Index: 1}
+	*res = Result{R5: r, Write: wrote, ExpireAt: exp}
 }
 
 // later reports whether retry a is strictly later than b, -1 (never) being

@@ -149,11 +149,12 @@ func (l FW) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, in
 // key's state decoded (found false: the key is missing): the same
 // arithmetic on the same fields (FW's step), without encoding them, for a
 // store that keeps a state's fields rather than its bytes. When res.Write,
-// next is the state to store (res.State is not set).
-func DecideFW(l FW, s FWState, found bool, now int64, cost uint32, opt Options) (d Decision, res Result, next FWState) {
+// next is the state to store (res.State is not set). It sets *d and *res
+// in place.
+func DecideFW(l FW, s FWState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next FWState) {
 	r, next, exp, wrote := l.step(s, found, now, cost, opt.MS, charges(opt, cost))
-	d, res = single(r, wrote, exp)
-	return d, res, next
+	single(r, wrote, exp, d, res)
+	return next
 }
 
 func parseFW(raw rawLimit, ms bool) (Limit, uint32, error) {

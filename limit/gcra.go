@@ -121,13 +121,13 @@ func (l GCRA) step(tat uint64, found bool, now int64, cost uint32, ms, write boo
 
 // DecideGCRA is DecideFW for a call whose one limit is a GCRA, on the
 // key's TAT.
-func DecideGCRA(l GCRA, s GCRAState, found bool, now int64, cost uint32, opt Options) (d Decision, res Result, next GCRAState, err error) {
+func DecideGCRA(l GCRA, s GCRAState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next GCRAState, err error) {
 	r, next, exp, wrote, err := l.step(s.TAT, found, now, cost, opt.MS, charges(opt, cost))
 	if err != nil {
-		return Decision{}, Result{}, GCRAState{}, err
+		return GCRAState{}, err
 	}
-	d, res = single(r, wrote, exp)
-	return d, res, next, nil
+	single(r, wrote, exp, d, res)
+	return next, nil
 }
 
 // parseGCRA: max_burst, count, period, then cost, then the interval.

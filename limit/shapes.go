@@ -2,6 +2,7 @@ package limit
 
 import (
 	"bytes"
+	"encoding/binary"
 	"sync/atomic"
 )
 
@@ -52,7 +53,9 @@ var (
 // shapeHash hashes the arguments of a call that are not keys, as far as
 // it can tell: argv[1], and each argument after an AND. (An AND that is
 // itself a key changes only the hash; parsed shapes say where the keys
-// are.) ok is false for a call too long to remember.
+// are.) An argument of 8 bytes or more is hashed by its length and its
+// first and last 8: a hash that misses bytes costs only a collision, and
+// match compares every byte. ok is false for a call too long to remember.
 func shapeHash(argv [][]byte) (h uint64, ok bool) {
 	if len(argv) > shapeMaxArgs {
 		return 0, false
@@ -68,13 +71,20 @@ func shapeHash(argv [][]byte) (h uint64, ok bool) {
 		}
 		n += len(a)
 		h = (h ^ uint64(len(a))) * prime
-		for _, c := range a {
-			h = (h ^ uint64(c)) * prime
+		if len(a) >= 8 {
+			h = (h ^ le.Uint64(a)) * prime
+			h = (h ^ le.Uint64(a[len(a)-8:])) * prime
+		} else {
+			for _, c := range a {
+				h = (h ^ uint64(c)) * prime
+			}
 		}
 		key = len(a) == 3 && keyword(a, "AND")
 	}
 	return h, n <= shapeMaxBytes
 }
+
+var le = binary.LittleEndian
 
 // slot is the table slot of hash h.
 func shapeSlot(h uint64) uint64 { return (h * 0x9e3779b97f4a7c15) >> (64 - shapeBits) }

@@ -175,10 +175,10 @@ func (l SWC) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, i
 }
 
 // DecideSWC is DecideFW for a call whose one limit is an SWC.
-func DecideSWC(l SWC, s SWCState, found bool, now int64, cost uint32, opt Options) (d Decision, res Result, next SWCState) {
+func DecideSWC(l SWC, s SWCState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next SWCState) {
 	r, next, exp, wrote := l.step(s, found, now, cost, opt.MS, charges(opt, cost))
-	d, res = single(r, wrote, exp)
-	return d, res, next
+	single(r, wrote, exp, d, res)
+	return next
 }
 
 func parseSWC(raw rawLimit, ms bool) (Limit, uint32, error) {

@@ -182,7 +182,7 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 		}
 		return t.at(uint32(ei))
 	}
-	var res limit.Result
+	res := &r.Results[0]
 	switch l := s.Limit.(type) {
 	case limit.FW:
 		var cur limit.FWState
@@ -192,8 +192,7 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 			}
 			cur = inlineFW(e)
 		}
-		var next limit.FWState
-		r.Decision, res, next = limit.DecideFW(l, cur, e != nil, now, s.Cost, r.Call.Options)
+		next := limit.DecideFW(l, cur, e != nil, now, s.Cost, r.Call.Options, &r.Decision, res)
 		if res.Write {
 			e = entry(limit.KindFW)
 			t.putFW(e, next) // wide: it held an inline state, or insertFor made it so
@@ -206,8 +205,7 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 			}
 			cur = inlineSWC(e)
 		}
-		var next limit.SWCState
-		r.Decision, res, next = limit.DecideSWC(l, cur, e != nil, now, s.Cost, r.Call.Options)
+		next := limit.DecideSWC(l, cur, e != nil, now, s.Cost, r.Call.Options, &r.Decision, res)
 		if res.Write {
 			if e = entry(limit.KindSWC); !t.putSWC(e, next) {
 				// Counts past the room's 32 bits (a merged state's):
@@ -224,9 +222,8 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 			}
 			cur.TAT = e.tat
 		}
-		var next limit.GCRAState
-		var err error
-		if r.Decision, res, next, err = limit.DecideGCRA(l, cur, e != nil, now, s.Cost, r.Call.Options); err != nil {
+		next, err := limit.DecideGCRA(l, cur, e != nil, now, s.Cost, r.Call.Options, &r.Decision, res)
+		if err != nil {
 			r.Err = err
 			return true
 		}
@@ -237,7 +234,6 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 	default:
 		return false
 	}
-	r.Results[0] = res
 	if res.Write {
 		sh.setExp(e, res.ExpireAt)
 		sh.markDirty(uint32(ei))
