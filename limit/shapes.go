@@ -24,7 +24,7 @@ const (
 	shapeSlots = 1 << shapeBits
 	// A shape is remembered only if its call has at most shapeMaxArgs
 	// arguments and shapeMaxBytes bytes besides its keys: that is every
-	// call of a few limits, and the table stays a few hundred KB at most.
+	// call of a few limits, and the table stays under a megabyte.
 	shapeMaxArgs  = 64
 	shapeMaxBytes = 512
 )

@@ -85,7 +85,7 @@ func TestLimitInlineAgreesWithDecide(t *testing.T) {
 		return limit.SWL{Limit: n, Window: window()} // kept in the arena
 	}
 	now := t0
-	ran := map[bool]int{}
+	ran, seen := map[bool]int{}, map[string]int{}
 	for step := range 20000 {
 		switch rnd.IntN(10) {
 		case 0:
@@ -138,6 +138,15 @@ func TestLimitInlineAgreesWithDecide(t *testing.T) {
 		ran[inline]++
 		what := fmt.Sprintf("step %d: %+v %+v", step, specs, opt)
 		require.Equal(t, b.Err, a.Err, what)
+		switch {
+		case a.Err == ErrWrongType:
+			seen["wrongtype"]++
+		case a.Err != nil:
+		case a.Decision.Limited:
+			seen["limited"]++
+		case a.Results[0].Write:
+			seen["charged"]++
+		}
 		if a.Err == nil {
 			require.Equal(t, b.Decision, a.Decision, what)
 			for i := range specs {
@@ -161,4 +170,7 @@ func TestLimitInlineAgreesWithDecide(t *testing.T) {
 	// Both kinds of call, often.
 	require.Greater(t, ran[true], 5000)
 	require.Greater(t, ran[false], 5000)
+	for _, k := range []string{"wrongtype", "limited", "charged"} {
+		require.Greater(t, seen[k], 1000, k)
+	}
 }
