@@ -63,21 +63,28 @@ func limitCall(c *Client, args [][]byte) (service.Call, string) {
 func limitAnswer(c *Client, w *Out, call service.Call) {
 	l := call.(*service.Limit)
 	c.countDecision(decLimit, l.Decision.Limited)
-	w.WriteArray(7)
+	w.B = append(w.B, "*7\r\n"...)
+	// The deciding limit's five integers are the reply's first five and
+	// again in its own row: formatted once, copied there (a call of one
+	// limit writes no other).
+	from := len(w.B)
 	writeR5Fields(w, l.Decision.R5)
+	to := len(w.B)
 	w.WriteInt(int64(l.Decision.Index))
 	rs := l.Results()
-	w.WriteArray(len(rs))
-	for i := range rs {
-		writeR5(w, rs[i].R5)
+	if len(rs) == 1 {
+		w.B = append(w.B, "*1\r\n"...)
+	} else {
+		w.WriteArray(len(rs))
 	}
-}
-
-// writeR5 writes one limit's [limited, limit, remaining, retry_after,
-// reset_after].
-func writeR5(w *Out, r limit.R5) {
-	w.WriteArray(5)
-	writeR5Fields(w, r)
+	for i := range rs {
+		w.B = append(w.B, "*5\r\n"...)
+		if i+1 == l.Decision.Index && rs[i].R5 == l.Decision.R5 {
+			w.B = append(w.B, w.B[from:to]...)
+			continue
+		}
+		writeR5Fields(w, rs[i].R5)
+	}
 }
 
 // writeR5Fields writes the five integers of an R5, not wrapped in an array.

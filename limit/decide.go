@@ -48,37 +48,19 @@ func Decide(specs []Spec, states [][]byte, now int64, opt Options, res []Result,
 			}
 		}
 	}
-	// Each limit is evaluated and, while the call may still be admitted,
-	// charged in the same pass (one reading of its state); a rejection
-	// drops the charged states.
-	admitted := true
 	var ends [MaxLimits]int
 	start := len(buf)
-	for i := range specs {
-		write := admitted && !opt.Peek && specs[i].Cost > 0
-		r, b, exp, err := specs[i].Limit.charge(buf, states[i], now, specs[i].Cost, opt.MS, write)
-		if err != nil {
-			return Decision{}, buf, err
-		}
-		res[i] = Result{R5: r}
-		if write && !r.Limited {
+	d, admitted, err := decideSteps(specs, opt, res[:n], func(i int, cost uint32, write bool) (R5, bool, int64, error) {
+		r, b, exp, err := specs[i].Limit.charge(buf, states[i], now, cost, opt.MS, write)
+		wrote := err == nil && write && !r.Limited
+		if wrote {
 			buf = b
-			res[i].Write, res[i].ExpireAt = true, exp
 			ends[i] = len(buf)
 		}
-		admitted = admitted && !r.Limited
-	}
-	if !admitted {
-		for i := range specs {
-			res[i].Write, res[i].ExpireAt = false, 0
-		}
-		return rejected(specs, states, now, opt, res[:n], buf[:start])
-	}
-	d := Decision{R5: res[0].R5, Index: 1}
-	for i := 1; i < n; i++ {
-		if res[i].Remaining < d.Remaining {
-			d = Decision{R5: res[i].R5, Index: i + 1}
-		}
+		return r, wrote, exp, err
+	})
+	if err != nil || !admitted {
+		return d, buf[:start], err
 	}
 	// Slice at the end: buf may have moved while it grew.
 	for i := range specs {
@@ -90,25 +72,72 @@ func Decide(specs []Spec, states [][]byte, now int64, opt Options, res []Result,
 	return d, buf, nil
 }
 
-// rejected completes a rejected call: the limits that would admit show their
-// state before charging, with retry_after -1; nothing is written.
-func rejected(specs []Spec, states [][]byte, now int64, opt Options, res []Result, buf []byte) (Decision, []byte, error) {
-	d := Decision{Index: 0}
+// stepFunc decides limit i of a call on its own with cost and, if write
+// and it admits, charges it: the R5, whether it wrote, and the key's new
+// expiry. A step with write false changes nothing.
+type stepFunc func(i int, cost uint32, write bool) (r R5, wrote bool, exp int64, err error)
+
+// decideSteps is the all-or-nothing decision over specs (spec §5), each
+// limit decided by step: Decide and DecideFields differ only in how a
+// step reads and writes a state. Each limit is evaluated and, while the
+// call may still be admitted, charged in the same step (one reading of
+// its state); admitted false says that a rejection dropped the charges
+// (no res[i].Write), and the limits that would admit then show their state
+// before charging, with retry_after -1.
+func decideSteps(specs []Spec, opt Options, res []Result, step stepFunc) (Decision, bool, error) {
+	admitted := true
 	for i := range specs {
-		if res[i].Limited {
-			if d.Index == 0 || later(res[i].RetryAfter, d.RetryAfter) {
-				d = Decision{R5: res[i].R5, Index: i + 1}
-			}
-			continue
-		}
-		r, err := specs[i].Limit.Eval(states[i], now, 0, opt.MS)
+		write := admitted && charges(opt, specs[i].Cost)
+		r, wrote, exp, err := step(i, specs[i].Cost, write)
 		if err != nil {
-			return Decision{}, buf, err
+			return Decision{}, false, err
 		}
-		r.Limited, r.RetryAfter = false, -1
-		res[i].R5 = r
+		res[i] = Result{R5: r}
+		if wrote {
+			res[i].Write, res[i].ExpireAt = true, exp
+		}
+		admitted = admitted && !r.Limited
 	}
-	return d, buf, nil
+	if !admitted {
+		d := Decision{Index: 0}
+		for i := range specs {
+			res[i].Write, res[i].ExpireAt = false, 0
+			if res[i].Limited {
+				if d.Index == 0 || later(res[i].RetryAfter, d.RetryAfter) {
+					d = Decision{R5: res[i].R5, Index: i + 1}
+				}
+				continue
+			}
+			r, _, _, err := step(i, 0, false)
+			if err != nil {
+				return Decision{}, false, err
+			}
+			r.Limited, r.RetryAfter = false, -1
+			res[i].R5 = r
+		}
+		return d, false, nil
+	}
+	d := Decision{R5: res[0].R5, Index: 1}
+	for i := 1; i < len(specs); i++ {
+		if res[i].Remaining < d.Remaining {
+			d = Decision{R5: res[i].R5, Index: i + 1}
+		}
+	}
+	return d, true, nil
+}
+
+// charges reports whether a call with options opt charges a limit of cost
+// if it is admitted: not with PEEK, and not a cost of 0.
+func charges(opt Options, cost uint32) bool { return !opt.Peek && cost > 0 }
+
+// single sets the outcome of an admitted or rejected call of one limit,
+// what Decide gives for it: that limit decides (index 1), and its result
+// wrote iff it charged. The typed single-limit decisions (DecideFW,
+// DecideSWC, DecideGCRA) end with it; they fill the caller's d and res in
+// place, which copying them back costs more than deciding FW does.
+func single(r R5, wrote bool, exp int64, d *Decision, res *Result) {
+	*d = Decision{R5: r, Index: 1}
+	*res = Result{R5: r, Write: wrote, ExpireAt: exp}
 }
 
 // later reports whether retry a is strictly later than b, -1 (never) being
@@ -121,4 +150,57 @@ func later(a, b int64) bool {
 		return true
 	}
 	return a > b
+}
+
+// Fields is one key's state decoded, as a store that keeps GCRA, FW and
+// SWC states as fields in place holds it: Kind is the state's kind, 0 for
+// a missing key, and the field of that kind holds it.
+type Fields struct {
+	Kind Kind
+	GCRA GCRAState
+	FW   FWState
+	SWC  SWCState
+}
+
+// DecideFields is Decide on decoded states, for a call whose limits are
+// all GCRA, FW or SWC: the same decision (decideSteps, each limit's own
+// step), without encoding the states for it or decoding its answers back.
+// states[i] is limit i's key's state, missing or of its limit's kind;
+// next[i] receives the state to store for every res[i].Write (res[i].State
+// is not set; next must not overlap states). A call with a limit of another algorithm is ErrBadCall, a
+// state of another kind than its limit's ErrWrongType; the caller checks
+// both first and runs such a call through Decide.
+func DecideFields(specs []Spec, states []Fields, now int64, opt Options, res []Result, next []Fields) (Decision, error) {
+	n := len(specs)
+	if n == 0 || n > MaxLimits || len(states) < n || len(res) < n || len(next) < n {
+		return Decision{}, ErrBadCall
+	}
+	for i := range specs {
+		switch k := specs[i].Limit.Kind(); {
+		case k != KindGCRA && k != KindFW && k != KindSWC:
+			return Decision{}, ErrBadCall
+		case states[i].Kind != 0 && states[i].Kind != k:
+			return Decision{}, ErrWrongType
+		}
+	}
+	d, _, err := decideSteps(specs, opt, res[:n], func(i int, cost uint32, write bool) (R5, bool, int64, error) {
+		s, found := &states[i], states[i].Kind != 0
+		next[i] = Fields{Kind: specs[i].Limit.Kind()}
+		switch l := specs[i].Limit.(type) {
+		case GCRA:
+			r, ns, exp, wrote, err := l.step(s.GCRA.TAT, found, now, cost, opt.MS, write)
+			next[i].GCRA = ns
+			return r, wrote, exp, err
+		case FW:
+			r, ns, exp, wrote := l.step(s.FW, found, now, cost, opt.MS, write)
+			next[i].FW = ns
+			return r, wrote, exp, nil
+		case SWC:
+			r, ns, exp, wrote := l.step(s.SWC, found, now, cost, opt.MS, write)
+			next[i].SWC = ns
+			return r, wrote, exp, nil
+		}
+		return R5{}, false, 0, ErrBadCall
+	})
+	return d, err
 }

@@ -40,61 +40,71 @@ type fwWindow struct {
 	n        uint64 // stored count if the stored window is this one, else 0
 }
 
-// window finds the window of now_ms, or of the stored window's start when
-// the clock is behind it (spec §3: a clock that goes back never lowers a
-// count). A state of another window length is a fresh key.
-func (l FW) window(body []byte, nowMS int64) (fwWindow, error) {
+// windowOf finds the window of now_ms, or of the stored window's start
+// when the clock is behind it (spec §3: a clock that goes back never lowers
+// a count), for the key's decoded state s (found false: a missing key). A
+// state of another window length is a fresh key.
+func (l FW) windowOf(s FWState, found bool, nowMS int64) fwWindow {
 	x := fwWindow{w: l.Window.Milliseconds()}
 	at := nowMS
-	var s FWState
-	same := false
-	if body != nil {
-		var err error
-		if s, err = fwState(body); err != nil {
-			return x, err
-		}
-		if same = s.WindowMS == x.w; same {
-			at = max(at, s.StartMS)
-		}
+	same := found && s.WindowMS == x.w
+	if same {
+		at = max(at, s.StartMS)
 	}
 	x.start = floorDiv(at, x.w) * x.w
 	if same && s.StartMS == x.start {
 		x.n = s.Count
 	}
-	return x, nil
+	return x
+}
+
+// fwOf decodes an encoded state for an FW limit: found is false for a
+// missing key (nil); another kind is ErrWrongType, a bad one ErrCorrupt.
+func fwOf(state []byte) (s FWState, found bool, err error) {
+	body, err := checkState(state, KindFW)
+	if err != nil || body == nil {
+		return FWState{}, false, err
+	}
+	s, err = fwState(body)
+	return s, err == nil, err
+}
+
+// step is FW's whole decision on a decoded state: the R5 (spec §4 FW:
+// admits iff n + cost <= Limit) and, when write, the cost is above 0 and
+// it admits, the charged state and the key's expiry, the window's end
+// (wrote true). Every path to an FW decision (Eval, AppendCharged, charge,
+// DecideFW) is this one function.
+func (l FW) step(s FWState, found bool, now int64, cost uint32, ms, write bool) (r R5, next FWState, exp int64, wrote bool) {
+	nowMS := floorMS(now)
+	x := l.windowOf(s, found, nowMS)
+	r = windowR5(uint64(l.Limit), x.n, uint64(cost), x.start+x.w-nowMS, ms)
+	if !write || r.Limited || cost == 0 {
+		return r, FWState{}, 0, false
+	}
+	return r, FWState{WindowMS: x.w, StartMS: x.start, Count: satAdd(x.n, uint64(cost))}, x.start + x.w, true
 }
 
 // Eval: admits iff n + cost <= Limit (spec §4 FW).
 func (l FW) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
-	body, err := checkState(state, KindFW)
+	s, found, err := fwOf(state)
 	if err != nil {
 		return R5{}, err
 	}
-	nowMS := floorMS(now)
-	x, err := l.window(body, nowMS)
-	if err != nil {
-		return R5{}, err
-	}
-	return windowR5(uint64(l.Limit), x.n, uint64(cost), x.start+x.w-nowMS, ms), nil
+	r, _, _, _ := l.step(s, found, now, cost, ms, false)
+	return r, nil
 }
 
 // charge: Eval and AppendCharged on one reading of the state (see Limit).
 func (l FW) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
-	body, err := checkState(state, KindFW)
+	s, found, err := fwOf(state)
 	if err != nil {
 		return R5{}, dst, 0, err
 	}
-	nowMS := floorMS(now)
-	x, err := l.window(body, nowMS)
-	if err != nil {
-		return R5{}, dst, 0, err
+	r, next, exp, wrote := l.step(s, found, now, cost, ms, write)
+	if wrote {
+		dst = next.appendTo(dst)
 	}
-	r := windowR5(uint64(l.Limit), x.n, uint64(cost), x.start+x.w-nowMS, ms)
-	if !write || r.Limited || cost == 0 {
-		return r, dst, 0, nil
-	}
-	s := FWState{WindowMS: x.w, StartMS: x.start, Count: satAdd(x.n, uint64(cost))}
-	return r, s.appendTo(dst), x.start + x.w, nil
+	return r, dst, exp, nil
 }
 
 // windowR5 is FW's and CAL's R5 for count n, a charge of c and toEnd ms
@@ -124,20 +134,27 @@ func windowR5(lim, n, c uint64, toEnd int64, ms bool) R5 {
 // AppendCharged: the window's count grows by cost; the key expires at the
 // window's end.
 func (l FW) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, int64, error) {
-	body, err := checkState(state, KindFW)
+	s, found, err := fwOf(state)
 	if err != nil {
 		return dst, 0, err
 	}
-	x, err := l.window(body, floorMS(now))
-	if err != nil {
-		return dst, 0, err
-	}
-	n := satAdd(x.n, uint64(cost))
-	if cost == 0 || n > uint64(l.Limit) {
+	_, next, exp, wrote := l.step(s, found, now, cost, false, true)
+	if !wrote {
 		return dst, 0, ErrNotAdmitted
 	}
-	s := FWState{WindowMS: x.w, StartMS: x.start, Count: n}
-	return s.appendTo(dst), x.start + x.w, nil
+	return next.appendTo(dst), exp, nil
+}
+
+// DecideFW is Decide for a call whose one limit is l with cost, on the
+// key's state decoded (found false: the key is missing): the same
+// arithmetic on the same fields (FW's step), without encoding them, for a
+// store that keeps a state's fields rather than its bytes. When res.Write,
+// next is the state to store (res.State is not set). It sets *d and *res
+// in place.
+func DecideFW(l FW, s FWState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next FWState) {
+	r, next, exp, wrote := l.step(s, found, now, cost, opt.MS, charges(opt, cost))
+	single(r, wrote, exp, d, res)
+	return next
 }
 
 func parseFW(raw rawLimit, ms bool) (Limit, uint32, error) {

@@ -54,11 +54,12 @@ func (l GCRA) Validate() error {
 
 // Eval is CL.THROTTLE's decision with quantity cost (see Limit.Eval).
 func (l GCRA) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
-	r, err := l.throttle(state, now, cost, ms)
+	tat, found, err := gcraOf(state)
 	if err != nil {
 		return R5{}, err
 	}
-	return R5{r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter}, nil
+	r, _, _, _, err := l.step(tat, found, now, cost, ms, false)
+	return r, err
 }
 
 // AppendCharged appends the new TAT. The expiry is CL.THROTTLE's,
@@ -68,38 +69,65 @@ func (l GCRA) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
 // instead: a TAT in the past carries no debt, and a key kept forever would
 // be a leak.
 func (l GCRA) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, int64, error) {
-	r, err := l.throttle(state, now, cost, false)
+	tat, found, err := gcraOf(state)
 	if err != nil {
 		return dst, 0, err
 	}
-	if cost == 0 || !r.Write {
+	_, next, exp, wrote, err := l.step(tat, found, now, cost, false, true)
+	if err != nil {
+		return dst, 0, err
+	}
+	if !wrote {
 		return dst, 0, ErrNotAdmitted
 	}
-	exp := floorMS(now)
-	if r.Expiry == gcra.ExpireAfter {
-		exp += r.TTLMillis
-	}
-	return GCRAState{r.NewTAT}.appendTo(dst), exp, nil
+	return next.appendTo(dst), exp, nil
 }
 
-func (l GCRA) throttle(state []byte, now int64, cost uint32, ms bool) (gcra.Result, error) {
+// gcraOf decodes an encoded state for a GCRA limit, as fwOf does for FW:
+// the TAT, found false for a missing key.
+func gcraOf(state []byte) (tat uint64, found bool, err error) {
 	body, err := checkState(state, KindGCRA)
-	if err != nil {
-		return gcra.Result{}, err
+	if err != nil || state == nil {
+		return 0, false, err
 	}
-	var tat uint64
-	if state != nil {
-		if len(body) != gcraBody {
-			return gcra.Result{}, ErrCorrupt
-		}
-		tat = be.Uint64(body)
+	if len(body) != gcraBody {
+		return 0, false, ErrCorrupt
 	}
+	return be.Uint64(body), true, nil
+}
+
+// step is GCRA's whole decision on a TAT (found false: a missing key),
+// as FW's step is FW's: CL.THROTTLE's reply with quantity cost and, when
+// write, the cost is above 0 and it admits, the new TAT and the key's
+// expiry (see AppendCharged). One gcra call gives both: its ms option
+// changes the reply's durations only.
+func (l GCRA) step(tat uint64, found bool, now int64, cost uint32, ms, write bool) (r R5, next GCRAState, exp int64, wrote bool, err error) {
 	t := l.Interval()
 	if t == 0 {
-		return gcra.Result{}, ErrRateTooHigh
+		return R5{}, GCRAState{}, 0, false, ErrRateTooHigh
 	}
 	p := gcra.Params{MaxBurst: int64(l.MaxBurst), Quantity: int64(cost)}
-	return gcra.ThrottleInterval(t, p, tat, state != nil, now, ms), nil
+	g := gcra.ThrottleInterval(t, p, tat, found, now, ms)
+	r = R5{g.Limited, g.Limit, g.Remaining, g.RetryAfter, g.ResetAfter}
+	if !write || !g.Write || cost == 0 {
+		return r, GCRAState{}, 0, false, nil
+	}
+	exp = floorMS(now)
+	if g.Expiry == gcra.ExpireAfter {
+		exp += g.TTLMillis
+	}
+	return r, GCRAState{g.NewTAT}, exp, true, nil
+}
+
+// DecideGCRA is DecideFW for a call whose one limit is a GCRA, on the
+// key's TAT.
+func DecideGCRA(l GCRA, s GCRAState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next GCRAState, err error) {
+	r, next, exp, wrote, err := l.step(s.TAT, found, now, cost, opt.MS, charges(opt, cost))
+	if err != nil {
+		return GCRAState{}, err
+	}
+	single(r, wrote, exp, d, res)
+	return next, nil
 }
 
 // parseGCRA: max_burst, count, period, then cost, then the interval.
@@ -191,12 +219,15 @@ func utoa(v uint64) string {
 	return itoa(int64(v/10)) + string(rune('0'+v%10))
 }
 
-// charge: Eval, then AppendCharged (see Limit).
+// charge: Eval and AppendCharged on one reading of the state (see Limit).
 func (l GCRA) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
-	r, err := l.Eval(state, now, cost, ms)
-	if err != nil || !write || r.Limited {
-		return r, dst, 0, err
+	tat, found, err := gcraOf(state)
+	if err != nil {
+		return R5{}, dst, 0, err
 	}
-	dst, exp, err := l.AppendCharged(dst, state, now, cost)
+	r, next, exp, wrote, err := l.step(tat, found, now, cost, ms, write)
+	if wrote {
+		dst = next.appendTo(dst)
+	}
 	return r, dst, exp, err
 }

@@ -32,13 +32,31 @@ func ParseLimit(argv [][]byte) (Call, error) { return ParseLimitInto(nil, argv) 
 
 // ParseLimitInto is ParseLimit with the call's Limits in buf's array when
 // it has room, so that a caller that keeps one between calls allocates
-// nothing.
+// nothing. A call of a shape parsed before is answered from the shape
+// (see shapes.go).
 func ParseLimitInto(buf []Spec, argv [][]byte) (Call, error) {
 	if len(argv) < 5 {
 		return Call{}, ErrArity
 	}
+	h, ok := shapeHash(argv)
+	if ok {
+		if s := shapes[shapeSlot(h)].Load(); s != nil && s.match(argv) {
+			return s.fill(buf, argv)
+		}
+	}
+	var keys [MaxLimits]int
+	c, err := parseLimit(buf, argv, &keys)
+	if err == nil && ok {
+		remember(h, argv, c, keys[:len(c.Limits)])
+	}
+	return c, err
+}
+
+// parseLimit is ParseLimitInto without the shapes; keys receives the
+// argument index of each limit's key.
+func parseLimit(buf []Spec, argv [][]byte, keys *[MaxLimits]int) (Call, error) {
 	var raws [MaxLimits]rawLimit // on the stack: parsing allocates only Limits
-	n, opt, err := parseStructure(argv, &raws)
+	n, opt, err := parseStructure(argv, &raws, keys)
 	if err != nil {
 		return Call{}, err
 	}
@@ -82,8 +100,9 @@ func (r *rawLimit) parseCost() (uint32, error) {
 }
 
 // parseStructure is step 2: keys, types, argument counts and keywords, left
-// to right, limit by limit. It fills raws and returns how many it found.
-func parseStructure(argv [][]byte, raws *[MaxLimits]rawLimit) (int, Options, error) {
+// to right, limit by limit. It fills raws and keys (each limit's key's
+// index in argv) and returns how many it found.
+func parseStructure(argv [][]byte, raws *[MaxLimits]rawLimit, keys *[MaxLimits]int) (int, Options, error) {
 	n := 0
 	var opt Options
 	i := 1
@@ -92,6 +111,7 @@ func parseStructure(argv [][]byte, raws *[MaxLimits]rawLimit) (int, Options, err
 		if i+1 >= len(argv) {
 			return 0, opt, ErrSyntax
 		}
+		at := i
 		r := rawLimit{key: argv[i]}
 		if r.algo = lookupType(argv[i+1]); r.algo == nil {
 			return 0, opt, &UnknownTypeError{Type: string(argv[i+1])}
@@ -123,6 +143,7 @@ func parseStructure(argv [][]byte, raws *[MaxLimits]rawLimit) (int, Options, err
 			return 0, opt, ErrTooManyLimits
 		}
 		raws[n] = r
+		keys[n] = at
 		n++
 		switch {
 		case i == len(argv):

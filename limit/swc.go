@@ -32,21 +32,14 @@ type swcView struct {
 	prev, cur    uint64
 }
 
-// view aligns the stored counts to the window of now_ms, or of the stored
-// window's start when the clock is behind it (spec §3). A state of another
-// window length is a fresh key.
-func (l SWC) view(body []byte, nowMS int64) (swcView, error) {
+// viewOf aligns the stored counts of s (found false: a missing key) to
+// the window of now_ms, or of the stored window's start when the clock is
+// behind it (spec §3). A state of another window length is a fresh key.
+func (l SWC) viewOf(s SWCState, found bool, nowMS int64) swcView {
 	v := swcView{w: l.Window.Milliseconds(), at: nowMS}
-	var s SWCState
-	same := false
-	if body != nil {
-		var err error
-		if s, err = swcState(body); err != nil {
-			return v, err
-		}
-		if same = s.WindowMS == v.w; same {
-			v.at = max(v.at, s.StartMS)
-		}
+	same := found && s.WindowMS == v.w
+	if same {
+		v.at = max(v.at, s.StartMS)
 	}
 	v.start = floorDiv(v.at, v.w) * v.w
 	if same {
@@ -57,7 +50,30 @@ func (l SWC) view(body []byte, nowMS int64) (swcView, error) {
 			v.prev = s.Cur
 		}
 	}
-	return v, nil
+	return v
+}
+
+// swcOf decodes an encoded state for an SWC limit, as fwOf does for FW.
+func swcOf(state []byte) (s SWCState, found bool, err error) {
+	body, err := checkState(state, KindSWC)
+	if err != nil || body == nil {
+		return SWCState{}, false, err
+	}
+	s, err = swcState(body)
+	return s, err == nil, err
+}
+
+// step is SWC's whole decision on a decoded state, as FW's step is FW's:
+// the R5 and, when write, the cost is above 0 and it admits, the charged
+// state and the key's expiry, the end of the window after the current one.
+func (l SWC) step(s SWCState, found bool, now int64, cost uint32, ms, write bool) (r R5, next SWCState, exp int64, wrote bool) {
+	nowMS := floorMS(now)
+	v := l.viewOf(s, found, nowMS)
+	r = l.r5(&v, nowMS, cost, ms)
+	if !write || r.Limited || cost == 0 {
+		return r, SWCState{}, 0, false
+	}
+	return r, SWCState{WindowMS: v.w, StartMS: v.start, Prev: v.prev, Cur: satAdd(v.cur, uint64(cost))}, v.start + 2*v.w, true
 }
 
 // admits reports E + c - 1 < L, exactly: prev(W-e) + (cur+c)W < (L+1)W.
@@ -70,35 +86,25 @@ func (v *swcView) admits(lim, c uint64) bool {
 // Eval: admits iff E + cost - 1 < Limit, so that a COST 0 check is limited
 // only once E >= Limit + 1 (spec §4 SWC).
 func (l SWC) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
-	body, err := checkState(state, KindSWC)
+	s, found, err := swcOf(state)
 	if err != nil {
 		return R5{}, err
 	}
-	nowMS := floorMS(now)
-	v, err := l.view(body, nowMS)
-	if err != nil {
-		return R5{}, err
-	}
-	return l.r5(&v, nowMS, cost, ms), nil
+	r, _, _, _ := l.step(s, found, now, cost, ms, false)
+	return r, nil
 }
 
 // charge: Eval and AppendCharged on one reading of the state (see Limit).
 func (l SWC) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
-	body, err := checkState(state, KindSWC)
+	s, found, err := swcOf(state)
 	if err != nil {
 		return R5{}, dst, 0, err
 	}
-	nowMS := floorMS(now)
-	v, err := l.view(body, nowMS)
-	if err != nil {
-		return R5{}, dst, 0, err
+	r, next, exp, wrote := l.step(s, found, now, cost, ms, write)
+	if wrote {
+		dst = next.appendTo(dst)
 	}
-	r := l.r5(&v, nowMS, cost, ms)
-	if !write || r.Limited || cost == 0 {
-		return r, dst, 0, nil
-	}
-	s := SWCState{WindowMS: v.w, StartMS: v.start, Prev: v.prev, Cur: satAdd(v.cur, uint64(cost))}
-	return r, s.appendTo(dst), v.start + 2*v.w, nil
+	return r, dst, exp, nil
 }
 
 // r5 is Eval's reply for view v of the state at nowMS.
@@ -157,19 +163,22 @@ func (v *swcView) retry(lim, c uint64) int64 {
 // AppendCharged: the current count grows by cost; the key expires at the end
 // of the window after the current one.
 func (l SWC) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, int64, error) {
-	body, err := checkState(state, KindSWC)
+	s, found, err := swcOf(state)
 	if err != nil {
 		return dst, 0, err
 	}
-	v, err := l.view(body, floorMS(now))
-	if err != nil {
-		return dst, 0, err
-	}
-	if cost == 0 || !v.admits(uint64(l.Limit), uint64(cost)) {
+	_, next, exp, wrote := l.step(s, found, now, cost, false, true)
+	if !wrote {
 		return dst, 0, ErrNotAdmitted
 	}
-	s := SWCState{WindowMS: v.w, StartMS: v.start, Prev: v.prev, Cur: satAdd(v.cur, uint64(cost))}
-	return s.appendTo(dst), v.start + 2*v.w, nil
+	return next.appendTo(dst), exp, nil
+}
+
+// DecideSWC is DecideFW for a call whose one limit is an SWC.
+func DecideSWC(l SWC, s SWCState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next SWCState) {
+	r, next, exp, wrote := l.step(s, found, now, cost, opt.MS, charges(opt, cost))
+	single(r, wrote, exp, d, res)
+	return next
 }
 
 func parseSWC(raw rawLimit, ms bool) (Limit, uint32, error) {

@@ -20,7 +20,10 @@ type LimitReq struct {
 	Call limit.Call // parsed by limit.ParseLimit
 
 	Decision limit.Decision
-	Results  [limit.MaxLimits]limit.Result // Results[i] for Call.Limits[i]; State aliases the request
+	// Results[i] is Call.Limits[i]'s. Its State, when set, aliases the
+	// request; a call decided on its entry's fields (decideInline) does
+	// not set it: the store has written the state, and nothing reads it.
+	Results [limit.MaxLimits]limit.Result
 	// Err is ErrWrongType (a key holds another kind: nothing was charged),
 	// or a state that does not decode (limit.ErrCorrupt).
 	Err error
@@ -34,6 +37,9 @@ type LimitReq struct {
 	// Per-call scratch, kept here so a call does not zero it on the stack.
 	states [limit.MaxLimits][]byte
 	hashes [limit.MaxLimits]uint64
+	shs    [limit.MaxLimits]*shard
+	fields [limit.MaxLimits]limit.Fields // decideFields' states
+	next   [limit.MaxLimits]limit.Fields // and the new ones
 }
 
 // Shards returns the shards of the call's keys, ascending, without
@@ -62,19 +68,39 @@ func (r *LimitReq) run(sh *shard, now int64) {
 // giving each key's shard: passed through an interface it would escape,
 // an allocation per call.
 func (r *LimitReq) decide(st *Store, one *shard, now int64) {
-	r.Now = now
-	shardOf := func(key []byte) *shard {
-		if one != nil {
-			return one
+	r.Now, r.Err = now, nil
+	specs := r.Call.Limits
+	if len(specs) == 1 {
+		sh := one
+		if sh == nil {
+			sh = st.shards[st.ShardOf(specs[0].Key)]
 		}
-		return st.shards[st.ShardOf(key)]
+		if r.decideInline(sh, now) {
+			return
+		}
 	}
-	r.Err = nil
+	r.lookup(st, one, now)
+	defer clear(r.shs[:len(specs)]) // no reference into the store past the call
+	if !r.decideFields(now) {
+		r.decideEach(now)
+	}
+}
+
+// lookup finds each key of the call: its shard (r.shs), hash and entry
+// (r.eis, -1 for a missing key).
+func (r *LimitReq) lookup(st *Store, one *shard, now int64) {
 	specs := r.Call.Limits
 	nowMs := floorMs(now)
-	states, hashes := &r.states, &r.hashes
+	hashes, shs := &r.hashes, &r.shs
+	// Each key's shard, found once: a key's slot (its hash tag, CRC16)
+	// costs more than the lookup in its table.
 	for i, s := range specs {
-		sh := shardOf(s.Key)
+		if shs[i] = one; one == nil {
+			shs[i] = st.shards[st.ShardOf(s.Key)]
+		}
+	}
+	for i, s := range specs {
+		sh := shs[i]
 		if i == 0 {
 			hashes[0] = r.keyHash(sh.t, s.Key) // warm's, when queued by Add
 		} else {
@@ -82,13 +108,21 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 		}
 		r.eis[i] = sh.find(s.Key, hashes[i], nowMs)
 	}
+}
+
+// decideEach is decide for any call, once its keys were looked up: each
+// key's state encoded for limit.Decide, the new ones stored from its
+// encodings.
+func (r *LimitReq) decideEach(now int64) {
+	specs := r.Call.Limits
+	states, hashes, shs := &r.states, &r.hashes, &r.shs
 	// States are read only once every key was looked up: a lookup that
 	// removes an expired key may compact the arena, and a state read
 	// before it would then point into memory given back to the system.
-	for i, s := range specs {
+	for i := range specs {
 		states[i] = nil
 		if r.eis[i] >= 0 {
-			t := shardOf(s.Key).t
+			t := shs[i].t
 			states[i] = t.state(t.at(uint32(r.eis[i])), r.local[i][:0])
 		}
 	}
@@ -112,7 +146,7 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 		if !res.Write {
 			continue
 		}
-		sh := shardOf(s.Key)
+		sh := shs[i]
 		ei := r.eis[i]
 		if ei < 0 {
 			ei = int64(sh.t.insertFor(s.Key, hashes[i], limit.KindOf(res.State)))
@@ -121,4 +155,153 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 		sh.markDirty(uint32(ei))
 		sh.changed(s.Key, sh.by)
 	}
+}
+
+// decideInline is decide for the common call: one GCRA, FW or SWC limit
+// whose key is missing or holds a state of that kind in its entry (a GCRA
+// TAT, an FW or SWC state inline). It decides on the entry's fields with
+// the typed decisions (limit.DecideFW, DecideSWC, DecideGCRA: Decide's
+// arithmetic, without encoding the state for it and decoding its answer
+// back into the entry) and stores the new fields. It reports false,
+// having changed nothing, for any other call or key: decide then runs it
+// as it runs every call (a key of another kind is ErrWrongType there).
+func (r *LimitReq) decideInline(sh *shard, now int64) bool {
+	s := &r.Call.Limits[0]
+	t := sh.t
+	h := r.keyHash(t, s.Key) // warm's, when queued by Add
+	ei := sh.find(s.Key, h, floorMs(now))
+	var e *entry
+	if ei >= 0 {
+		e = t.at(uint32(ei))
+	}
+	// entry returns the key's entry for the new state, inserting it (wide
+	// for an inline kind) if it is missing.
+	entry := func(k limit.Kind) *entry {
+		if ei < 0 {
+			ei = int64(t.insertFor(s.Key, h, k))
+		}
+		return t.at(uint32(ei))
+	}
+	res := &r.Results[0]
+	switch l := s.Limit.(type) {
+	case limit.FW:
+		var cur limit.FWState
+		if e != nil {
+			if e.outKind() != limit.KindFW || !e.inlineState() {
+				return false
+			}
+			cur = inlineFW(e)
+		}
+		next := limit.DecideFW(l, cur, e != nil, now, s.Cost, r.Call.Options, &r.Decision, res)
+		if res.Write {
+			e = entry(limit.KindFW)
+			t.putFW(e, next) // wide: it held an inline state, or insertFor made it so
+		}
+	case limit.SWC:
+		var cur limit.SWCState
+		if e != nil {
+			if e.outKind() != limit.KindSWC || !e.inlineState() {
+				return false
+			}
+			cur = inlineSWC(e)
+		}
+		next := limit.DecideSWC(l, cur, e != nil, now, s.Cost, r.Call.Options, &r.Decision, res)
+		if res.Write {
+			if e = entry(limit.KindSWC); !t.putSWC(e, next) {
+				// Counts past the room's 32 bits (a merged state's):
+				// stored as setState stores any state that does not fit.
+				r.buf, _ = next.AppendBinary(r.buf[:0])
+				t.setState(e, r.buf)
+			}
+		}
+	case limit.GCRA:
+		var cur limit.GCRAState
+		if e != nil {
+			if e.outKind() != 0 {
+				return false
+			}
+			cur.TAT = e.tat
+		}
+		next, err := limit.DecideGCRA(l, cur, e != nil, now, s.Cost, r.Call.Options, &r.Decision, res)
+		if err != nil {
+			r.Err = err
+			return true
+		}
+		if res.Write {
+			e = entry(limit.KindGCRA)
+			t.setTAT(e, next.TAT)
+		}
+	default:
+		return false
+	}
+	if res.Write {
+		sh.setExp(e, res.ExpireAt)
+		sh.markDirty(uint32(ei))
+		sh.changed(s.Key, sh.by)
+	}
+	return true
+}
+
+// decideFields is decideEach's common case, once every key was looked up
+// (r.eis, r.shs, r.hashes): every limit a GCRA, FW or SWC whose key is
+// missing or holds its state in the entry. It decides on the entries'
+// fields (limit.DecideFields) and stores the new ones, as decideInline
+// does for one limit. It reports false, having changed nothing, for any
+// other call.
+func (r *LimitReq) decideFields(now int64) bool {
+	specs := r.Call.Limits
+	fs := &r.fields
+	for i, s := range specs {
+		f := limit.Fields{}
+		if ei := r.eis[i]; ei >= 0 {
+			e := r.shs[i].t.at(uint32(ei))
+			switch k := s.Limit.Kind(); {
+			case k == limit.KindGCRA && e.outKind() == 0:
+				f.Kind, f.GCRA.TAT = k, e.tat
+			case k == limit.KindFW && e.outKind() == k && e.inlineState():
+				f.Kind, f.FW = k, inlineFW(e)
+			case k == limit.KindSWC && e.outKind() == k && e.inlineState():
+				f.Kind, f.SWC = k, inlineSWC(e)
+			default:
+				return false
+			}
+		} else if k := s.Limit.Kind(); k != limit.KindGCRA && k != limit.KindFW && k != limit.KindSWC {
+			return false
+		}
+		fs[i] = f
+	}
+	n := len(specs)
+	d, err := limit.DecideFields(specs, fs[:n], now, r.Call.Options, r.Results[:n], r.next[:n])
+	if err != nil {
+		r.Err = err // none: the kinds were checked
+		return true
+	}
+	r.Decision = d
+	for i, s := range specs {
+		res := &r.Results[i]
+		if !res.Write {
+			continue
+		}
+		sh, t, f := r.shs[i], r.shs[i].t, &r.next[i]
+		ei := r.eis[i]
+		if ei < 0 {
+			ei = int64(t.insertFor(s.Key, r.hashes[i], f.Kind))
+		}
+		e := t.at(uint32(ei))
+		switch f.Kind {
+		case limit.KindGCRA:
+			t.setTAT(e, f.GCRA.TAT)
+		case limit.KindFW:
+			t.putFW(e, f.FW)
+		case limit.KindSWC:
+			if !t.putSWC(e, f.SWC) {
+				r.buf, _ = f.SWC.AppendBinary(r.buf[:0]) // see decideInline
+				t.setState(e, r.buf)
+			}
+		}
+		sh.setExp(e, res.ExpireAt)
+		sh.markDirty(uint32(ei))
+		sh.changed(s.Key, sh.by)
+	}
+	return true
 }

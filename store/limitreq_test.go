@@ -1,7 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,5 +46,131 @@ func TestLimitStateSurvivesCompaction(t *testing.T) {
 		r, err := doLimit(st, parseLimitLine(t, fmt.Sprintf("A SWL 1000 100000 AND %s%d SWL 5 1 PEEK", long, i)))
 		require.NoError(t, err)
 		require.Equal(t, int64(998), r.Results[0].Remaining, "call %d", i)
+	}
+}
+
+// TestLimitInlineAgreesWithDecide: a call of GCRA, FW and SWC limits is
+// decided on its entries' fields (decideInline for one limit,
+// decideFields for several); it must reply, charge and store exactly what
+// the encoded path (decideEach: limit.Decide on encoded states) does. Two
+// shards get the same random calls of one to three limits, one shard by
+// each path: kinds and parameters that change under a key, costs around the
+// limit, COST 0, PEEK, MS, a clock that jumps forward (past expiries) and
+// back, keys of another kind (WRONGTYPE), and SWC states whose counts do
+// not fit an entry (merged ones, in the arena).
+func TestLimitInlineAgreesWithDecide(t *testing.T) {
+	seed := maphash.MakeSeed()
+	cfg := Config{Shards: 1, Clock: &Clock{}}
+	fast, slow := newShard(0, seed, cfg, nil), newShard(0, seed, cfg, nil)
+	defer fast.t.release()
+	defer slow.t.release()
+	keys := [][]byte{[]byte("a"), []byte("b"), []byte("a-key-of-pair-size"), []byte(strings.Repeat("long", 10))}
+	rnd := rand.New(rand.NewPCG(7, 11))
+	window := func() time.Duration {
+		if rnd.IntN(2) == 0 {
+			return time.Duration(1+rnd.IntN(3)) * time.Second
+		}
+		return time.Duration(1+rnd.IntN(1500)) * time.Millisecond
+	}
+	randLimit := func() limit.Limit {
+		n := uint32(1 + rnd.IntN(5))
+		switch rnd.IntN(7) {
+		case 0, 1:
+			return limit.FW{Limit: n, Window: window()}
+		case 2, 3:
+			return limit.SWC{Limit: n, Window: window()}
+		case 4, 5:
+			return limit.GCRA{MaxBurst: n - 1, Count: uint32(1 + rnd.IntN(3)), Period: window()}
+		}
+		return limit.SWL{Limit: n, Window: window()} // kept in the arena
+	}
+	now := t0
+	ran, seen := map[bool]int{}, map[string]int{}
+	for step := range 20000 {
+		switch rnd.IntN(10) {
+		case 0:
+			now -= int64(rnd.IntN(1500)) * int64(time.Millisecond) // a clock that goes back
+		case 1:
+			now += int64(rnd.IntN(10)) * int64(time.Second) // past expiries
+		default:
+			now += int64(rnd.IntN(400)) * int64(time.Millisecond)
+		}
+		key := keys[rnd.IntN(len(keys))]
+		if rnd.IntN(200) == 0 {
+			// An SWC state with counts past 32 bits, as a merge makes:
+			// it cannot be inline.
+			w := int64(1000)
+			enc, _ := limit.SWCState{WindowMS: w, StartMS: floorMs(now) / w * w,
+				Prev: 1 << 33, Cur: uint64(rnd.IntN(3)) << 32}.AppendBinary(nil)
+			for _, sh := range []*shard{fast, slow} {
+				ei := sh.find(key, sh.t.hash(key), floorMs(now))
+				if ei < 0 {
+					ei = int64(sh.t.insertFor(key, sh.t.hash(key), limit.KindSWC))
+				}
+				sh.setState(uint32(ei), enc, floorMs(now)+2*w)
+			}
+		}
+		// One limit, or up to three on distinct keys.
+		var specs []limit.Spec
+		for _, i := range rnd.Perm(len(keys))[:1+rnd.IntN(3)*rnd.IntN(2)] {
+			if len(specs) == 0 {
+				i = slices.IndexFunc(keys, func(k []byte) bool { return bytes.Equal(k, key) })
+			} else if bytes.Equal(keys[i], key) {
+				continue
+			}
+			sp := limit.Spec{Key: keys[i], Limit: randLimit(), Cost: uint32(rnd.IntN(4))}
+			if rnd.IntN(4) == 0 {
+				sp.Cost = uint32(rnd.IntN(8))
+			}
+			specs = append(specs, sp)
+		}
+		spec := specs[0]
+		opt := limit.Options{Peek: rnd.IntN(8) == 0, MS: rnd.IntN(2) == 0}
+		var a, b LimitReq
+		a.Call = limit.Call{Limits: specs, Options: opt}
+		b.Call = a.Call
+		// a as the store runs it; b always through limit.Decide.
+		a.decide(nil, fast, now)
+		b.Now = now
+		b.lookup(nil, slow, now)
+		b.decideEach(now)
+		inline := len(specs) == 1 && spec.Limit.Kind() != limit.KindSWL
+		ran[inline]++
+		what := fmt.Sprintf("step %d: %+v %+v", step, specs, opt)
+		require.Equal(t, b.Err, a.Err, what)
+		switch {
+		case a.Err == ErrWrongType:
+			seen["wrongtype"]++
+		case a.Err != nil:
+		case a.Decision.Limited:
+			seen["limited"]++
+		case a.Results[0].Write:
+			seen["charged"]++
+		}
+		if a.Err == nil {
+			require.Equal(t, b.Decision, a.Decision, what)
+			for i := range specs {
+				ra, rb := a.Results[i], b.Results[i]
+				require.Equal(t, rb.R5, ra.R5, what)
+				require.Equal(t, rb.Write, ra.Write, what)
+				require.Equal(t, rb.ExpireAt, ra.ExpireAt, what)
+			}
+		}
+		for _, k := range keys {
+			ea, eb := fast.t.findHash(k, fast.t.hash(k)), slow.t.findHash(k, slow.t.hash(k))
+			require.Equal(t, eb >= 0, ea >= 0, "%s: key %s present", what, k)
+			if ea < 0 {
+				continue
+			}
+			xa, xb := fast.t.at(uint32(ea)), slow.t.at(uint32(eb))
+			require.Equal(t, slow.t.state(xb, nil), fast.t.state(xa, nil), "%s: key %s state", what, k)
+			require.Equal(t, xb.exp(), xa.exp(), "%s: key %s expiry", what, k)
+		}
+	}
+	// Both kinds of call, often.
+	require.Greater(t, ran[true], 5000)
+	require.Greater(t, ran[false], 5000)
+	for _, k := range []string{"wrongtype", "limited", "charged"} {
+		require.Greater(t, seen[k], 1000, k)
 	}
 }

@@ -652,51 +652,75 @@ func wideRoom(e *entry) *entry {
 // e held, and reports whether it did: false (and e unchanged) for a state
 // that does not decode or does not fit.
 func (t *table) setInline(e *entry, enc []byte) bool {
-	var window, start, a uint64
-	var b uint32
-	k := limit.KindOf(enc)
-	switch k {
+	switch limit.KindOf(enc) {
 	case limit.KindFW:
 		s, ok := limit.DecodeFW(enc)
-		if !ok {
-			return false
+		if ok {
+			t.putFW(e, s)
 		}
-		window, start, a = uint64(s.WindowMS), uint64(s.StartMS), s.Count
+		return ok
 	case limit.KindSWC:
 		s, ok := limit.DecodeSWC(enc)
-		if !ok || s.Prev > math.MaxUint32 || s.Cur > math.MaxUint32 {
-			return false
-		}
-		window, start, a, b = uint64(s.WindowMS), uint64(s.StartMS), s.Prev, uint32(s.Cur)
-	default:
+		return ok && t.putSWC(e, s)
+	}
+	return false
+}
+
+// putFW stores s in e's wide room (e must be wide), replacing whatever e
+// held: the same fields setInline stores for its encoding.
+func (t *table) putFW(e *entry, s limit.FWState) {
+	r := t.room(e, limit.KindFW, s.WindowMS, s.StartMS)
+	binary.LittleEndian.PutUint64(r.k[8:], s.Count)
+}
+
+// putSWC is putFW for an SWC state; false (and e unchanged) for counts
+// that do not fit the room.
+func (t *table) putSWC(e *entry, s limit.SWCState) bool {
+	if s.Prev > math.MaxUint32 || s.Cur > math.MaxUint32 {
 		return false
 	}
+	r := t.room(e, limit.KindSWC, s.WindowMS, s.StartMS)
+	binary.LittleEndian.PutUint32(r.k[8:], uint32(s.Prev))
+	binary.LittleEndian.PutUint32(r.k[12:], uint32(s.Cur))
+	return true
+}
+
+// room makes e's wide room hold an inline state of kind k with window and
+// start, dropping whatever state e held before, and returns the room's
+// entry for the caller to fill in the counts.
+func (t *table) room(e *entry, k limit.Kind, window, start int64) *entry {
 	if !e.inlineState() {
 		t.clearState(e)
 	}
 	r := wideRoom(e)
-	e.tat = window
-	binary.LittleEndian.PutUint64(r.k[:8], start)
-	if k == limit.KindFW {
-		binary.LittleEndian.PutUint64(r.k[8:], a)
-	} else {
-		binary.LittleEndian.PutUint32(r.k[8:], uint32(a))
-		binary.LittleEndian.PutUint32(r.k[12:], b)
-	}
+	e.tat = uint64(window)
+	binary.LittleEndian.PutUint64(r.k[:8], uint64(start))
 	e.meta = e.meta&^(metaKindMask<<metaKindShift) | uint64(k)<<metaKindShift | metaInline
-	return true
+	return r
+}
+
+// inlineFW returns e's inline FW state (e.outKind() must be limit.KindFW
+// and e.inlineState() true).
+func inlineFW(e *entry) limit.FWState {
+	r := wideRoom(e)
+	return limit.FWState{WindowMS: int64(e.tat), StartMS: int64(binary.LittleEndian.Uint64(r.k[:8])),
+		Count: binary.LittleEndian.Uint64(r.k[8:])}
+}
+
+// inlineSWC is inlineFW for an inline SWC state.
+func inlineSWC(e *entry) limit.SWCState {
+	r := wideRoom(e)
+	return limit.SWCState{WindowMS: int64(e.tat), StartMS: int64(binary.LittleEndian.Uint64(r.k[:8])),
+		Prev: uint64(binary.LittleEndian.Uint32(r.k[8:])), Cur: uint64(binary.LittleEndian.Uint32(r.k[12:]))}
 }
 
 // appendInline appends the encoding of e's inline state to dst.
 func (t *table) appendInline(dst []byte, e *entry) []byte {
-	r := wideRoom(e)
-	window, start := int64(e.tat), int64(binary.LittleEndian.Uint64(r.k[:8]))
 	if e.outKind() == limit.KindFW {
-		b, _ := limit.FWState{WindowMS: window, StartMS: start, Count: binary.LittleEndian.Uint64(r.k[8:])}.AppendBinary(dst)
+		b, _ := inlineFW(e).AppendBinary(dst)
 		return b
 	}
-	b, _ := limit.SWCState{WindowMS: window, StartMS: start,
-		Prev: uint64(binary.LittleEndian.Uint32(r.k[8:])), Cur: uint64(binary.LittleEndian.Uint32(r.k[12:]))}.AppendBinary(dst)
+	b, _ := inlineSWC(e).AppendBinary(dst)
 	return b
 }
 
