@@ -308,6 +308,7 @@ func (c *Client) closeTx() {
 	if c.tx != nil && len(c.tx.watched) > 0 {
 		sess := c.srv.st.NewSession()
 		sess.SetHome(c.sess.Home()) // on the loop: its shards run here
+		sess.DeferSync(true)        // nothing to acknowledge: never wait for the disk
 		c.unwatch(sess)
 	}
 }

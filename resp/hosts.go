@@ -153,11 +153,19 @@ func (s *Server) synced(gc gnet.Conn, c *conn) {
 	}))
 	if err != nil {
 		// The engine is stopping: the connection is gone and the callback
-		// will not run. Not on the loop: the session must not run its
-		// shards here.
-		c.cl.SetOffLoop(true)
-		c.cl.Close()
+		// will not run. Closing the client runs store sessions (its
+		// watches are withdrawn): not here, on the committer, which they
+		// may wait for; nor with the loop's home, which is not this
+		// goroutine.
+		go closeOffLoop(c)
 	}
+}
+
+// closeOffLoop closes a client whose loop has stopped (once per
+// connection, at shutdown).
+func closeOffLoop(c *conn) {
+	c.cl.SetOffLoop(true)
+	c.cl.Close()
 }
 
 // pend leaves a pipeline pending for another loop's shards: the connection
@@ -179,9 +187,8 @@ func (s *Server) remoteDone(gc gnet.Conn, c *conn) {
 	}))
 	if err != nil {
 		// The engine is stopping: the connection is gone and the task will
-		// not run. Not on the loop: the session must not run its shards.
-		c.cl.SetOffLoop(true)
-		c.cl.Close()
+		// not run (see synced).
+		go closeOffLoop(c)
 	}
 }
 
@@ -215,7 +222,7 @@ func (s *Server) finishRemote(gc gnet.Conn, c *conn) {
 	}
 	perr := c.perr
 	c.perr = nil
-	if perr == nil && !c.cl.Closing() && !c.out.Refs() && c.cl.AwaitSync(func() { s.synced(gc, c) }) {
+	if perr == nil && !c.cl.Closing() && !c.out.Refs() && c.cl.AwaitSync(c.syncDone) {
 		return // still busy: synced writes the replies
 	}
 	c.cl.WaitSync()

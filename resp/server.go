@@ -379,6 +379,7 @@ type conn struct {
 	perr        error
 	room        int
 	remote      func() // ExecAsync's done: finishRemote on the loop
+	syncDone    func() // AwaitSync's: synced
 	p           parser
 	buf         []byte // an unfinished request carried over between reads
 	out         commands.Out
@@ -422,6 +423,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	c.cl.SetHome(c.home)
 	if c.home != nil {
 		c.remote = func() { s.remoteDone(gc, c) }
+		c.syncDone = func() { s.synced(gc, c) }
 	}
 	c.cl.SetFD(gc.Fd())
 	// CLIENT KILL from another connection closes this one on its own loop.
@@ -662,7 +664,7 @@ func (s *Server) process(gc gnet.Conn, c *conn, buf []byte) (int, bool) {
 		// always); the loop serves its other connections meanwhile.
 		// (Not with replies that reference the request's bytes, which the
 		// next read may overwrite.)
-		if perr == nil && !c.cl.Closing() && !c.out.Refs() && c.cl.AwaitSync(func() { s.synced(gc, c) }) {
+		if perr == nil && !c.cl.Closing() && !c.out.Refs() && c.cl.AwaitSync(c.syncDone) {
 			c.busy = true
 			return start, true
 		}

@@ -44,6 +44,7 @@ type hold struct {
 	mask    []bool  // by shard: in ids
 	owners  []int   // the owners of ids, ascending
 	parked  int     // owners parked (the home's is not)
+	dur     doner   // the session's syncWait when it defers syncs, else nil
 	remote  int     // shards of parked owners
 	wg      sync.WaitGroup
 
@@ -140,6 +141,15 @@ func (ss *Session) park() bool {
 		return false
 	}
 	h.group = len(h.ids) > 1 && st.p != nil && st.p.policy == FsyncAlways
+	// A session that defers its syncs (an event loop's) counts the hold's
+	// in dur instead of waiting for the disk here.
+	h.dur = nil
+	if ss.deferSync && st.SyncsWrites() {
+		h.dur = &ss.dur
+		if !h.group {
+			ss.dur.add(len(h.ids))
+		}
+	}
 	clear(h.mask)
 	for _, id := range h.ids {
 		h.mask[id] = true
@@ -185,7 +195,9 @@ func (ss *Session) park() bool {
 }
 
 // unpark lets park's shards go and returns once every change made while
-// they were parked is as durable as a request batch's. The home's shards
+// they were parked is as durable as a request batch's (for a session that
+// defers its syncs: once they are handed to the committer, counted in its
+// syncWait). The home's shards
 // the hold names are ended here, on their owner's goroutine.
 func (ss *Session) unpark() {
 	h, home := ss.hold, ss.home
@@ -199,7 +211,7 @@ func (ss *Session) unpark() {
 			}
 			if !h.group {
 				h.wg.Add(1)
-				sh.endBatch(&h.wg, nil)
+				sh.endBatch(&h.wg, h.dur)
 				continue
 			}
 			sh.publish()
@@ -215,7 +227,8 @@ func (ss *Session) unpark() {
 }
 
 // commitGroup hands the held shards' parts to the committer as one
-// request, lets the parked shards go on, and waits until it is synced.
+// request, lets the parked shards go on, and waits until it is synced (a
+// session that defers its syncs counts it in its syncWait instead).
 func (ss *Session) commitGroup() {
 	h := ss.hold
 	r := commitReq{}
@@ -223,13 +236,20 @@ func (ss *Session) commitGroup() {
 		r.group = append(r.group, h.parts[id])
 		h.parts[id] = commitReq{}
 	}
-	h.synced.Add(1)
-	r.wg = &h.synced
+	if h.dur != nil {
+		ss.dur.add(1)
+		r.wg = &ss.dur
+	} else {
+		h.synced.Add(1)
+		r.wg = &h.synced
+	}
 	ss.st.p.in <- r
 	for range h.remote {
 		h.sent <- struct{}{}
 	}
-	h.synced.Wait()
+	if h.dur == nil {
+		h.synced.Wait()
+	}
 }
 
 // runHeldOne runs one held request; a panic fails it alone, as a panic in

@@ -32,8 +32,12 @@ func kindStates(t testing.TB, nowMs int64) map[string]struct {
 	state []byte
 	exp   int64
 } {
-	w := int64(60_000)
+	// A 30-day window: its end, the FW key's expiry, is not a few seconds
+	// away (a minute's end was, once in a while, and the key expired
+	// between planting it and reading it back).
+	w := int64(30 * 86_400_000)
 	start := nowMs / w * w
+	day := nowMs / 86_400_000 * 86_400_000
 	var log []limit.SWLEntry
 	for i := int64(0); i < 500; i++ { // a log of 6 KB: a state longer than any key
 		log = append(log, limit.SWLEntry{TS: nowMs - 500 + i, Cost: uint32(i%7 + 1)})
@@ -45,7 +49,7 @@ func kindStates(t testing.TB, nowMs int64) map[string]struct {
 		"fw":  {enc(t, limit.FWState{WindowMS: w, StartMS: start, Count: 7}), start + w},
 		"swc": {enc(t, limit.SWCState{WindowMS: w, StartMS: start, Prev: 3, Cur: 4}), start + 2*w},
 		"swl": {enc(t, limit.SWLState{WindowMS: w, Entries: log}), nowMs - 1 + w},
-		"cal": {enc(t, limit.CALState{Unit: limit.Day, Zone: "Europe/Berlin", StartMS: start, EndMS: start + 86_400_000, Count: 9}), start + 86_400_000},
+		"cal": {enc(t, limit.CALState{Unit: limit.Day, Zone: "Europe/Berlin", StartMS: day, EndMS: day + 86_400_000, Count: 9}), day + 86_400_000},
 	}
 }
 
@@ -120,7 +124,10 @@ func TestEveryKindStoredPersistedAndTyped(t *testing.T) {
 func TestImportMergesByKind(t *testing.T) {
 	st, clk := newTestStore(t, 4)
 	nowMs := floorMs(clk.Now())
-	w := int64(60_000)
+	// A 30-day window: its end, the FW key's expiry, is not a few seconds
+	// away (a minute's end was, once in a while, and the key expired
+	// between planting it and reading it back).
+	w := int64(30 * 86_400_000)
 	start := nowMs / w * w
 	fw := func(n uint64) []byte { return enc(t, limit.FWState{WindowMS: w, StartMS: start, Count: n}) }
 	for _, n := range []uint64{3, 4} {

@@ -32,6 +32,9 @@ type Owner struct {
 	hosted bool          // Config.Owners: run by a host, else by loop
 	host   atomic.Pointer[hostRef]
 	woken  atomic.Bool // a Wake is pending: Serve has not started since
+	// roomWait: a hosted owner's step waits for the committer, whose
+	// roomFreed then wakes the host.
+	roomWait atomic.Bool
 	// running: loop's goroutine was started (an unhosted owner, or a hosted
 	// one detached from its host or never adopted, for Close).
 	running bool
@@ -118,7 +121,9 @@ func (o *Owner) roomFreed() {
 	case o.room <- struct{}{}:
 	default:
 	}
-	o.wake()
+	if o.roomWait.Swap(false) {
+		o.wake() // a hosted owner's step waits for this (see Serve)
+	}
 }
 
 // post hands b to the owner. A sender with a home serves its own inbox
@@ -151,6 +156,9 @@ const maxServe = 64
 // left.
 func (o *Owner) Serve() {
 	o.woken.Store(false)
+	if o.stopped.Load() {
+		return // Close stopped it (a late wake): its tables are released
+	}
 	for range maxServe {
 		var b *batch
 		select {
@@ -167,8 +175,17 @@ func (o *Owner) Serve() {
 	if o.canStep() {
 		o.step()
 	}
-	if len(o.in) > 0 || o.canStep() {
+	switch {
+	case len(o.in) > 0 || o.canStep():
 		o.wake()
+	case o.stepBlocked():
+		// A step waits for the committer: its roomFreed wakes the host.
+		// (Checked again after the flag is set, in case the room came
+		// between.)
+		o.roomWait.Store(true)
+		if o.canStep() {
+			o.wake()
+		}
 	}
 }
 
@@ -177,7 +194,7 @@ func (o *Owner) Serve() {
 // one of the owner's shards waits for one connection's work, not for a
 // whole round of the host's ready connections. On the host's goroutine.
 func (o *Owner) Poll() {
-	for len(o.in) > 0 {
+	for len(o.in) > 0 && !o.stopped.Load() {
 		select {
 		case b := <-o.in:
 			if o.handle(b) {
@@ -356,7 +373,7 @@ func (o *Owner) runHold(b *batch) {
 	h := b.hold
 	// What the hold covers is read before it is released: the holder may
 	// reuse it for its next hold as soon as the last shard is done.
-	group, mine := h.group, o.held[:0]
+	group, dur, mine := h.group, h.dur, o.held[:0]
 	for _, sh := range o.shards {
 		if h.mask[sh.id] {
 			mine = append(mine, sh)
@@ -367,7 +384,7 @@ func (o *Owner) runHold(b *batch) {
 	<-h.release
 	for _, sh := range mine {
 		if !group {
-			sh.endBatch(b.wg, nil)
+			sh.endBatch(b.wg, dur)
 			continue
 		}
 		sh.publish()

@@ -383,6 +383,21 @@ func TestDeferredSyncLetsTheLoopServe(t *testing.T) {
 		t.Fatalf("%s reported synced while the disk held its sync", who)
 	case <-time.After(20 * time.Millisecond):
 	}
+	// A call across the two shards (a held request, one group commit)
+	// does not wait for the disk either.
+	var held *LimitReq
+	l.do(func() {
+		c, err := limit.ParseLimit([][]byte{[]byte("CL.LIMIT"), []byte("{a}x"), []byte("FW"), []byte("5"), []byte("60"),
+			[]byte("AND"), []byte("{b}x"), []byte("FW"), []byte("5"), []byte("60")})
+		require.NoError(t, err)
+		held = &LimitReq{Call: c}
+		require.Len(t, held.Shards(st, nil), 2, "the hash tags land on both shards")
+		a.AddHeld(held)
+		a.Run()
+		require.True(t, a.AwaitSync(func() { synced <- "a" }), "the held call waits for its sync")
+	})
+	require.NoError(t, held.Status())
+	assert.False(t, held.Decision.Limited)
 	fs.shut.Store(false)
 	close(fs.open)
 	got := []string{<-synced, <-synced}

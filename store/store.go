@@ -497,17 +497,20 @@ func (ss *Session) Home() *Owner { return ss.home }
 // AwaitSync then tells when they are synced. It is for an event loop,
 // which serves its other connections while one connection's replies wait
 // for the disk, and whose connections' waits are then grouped into one
-// fsync. A held request's or Hold's changes are still synced before it
-// returns.
+// fsync. A held request's changes (and a Hold's) are counted the same way.
 func (ss *Session) DeferSync(on bool) { ss.deferSync = on }
 
 // AwaitSync returns false if every change the session's runs made is
 // synced; otherwise it returns true and calls f, on another goroutine,
-// once they are. f must not block.
+// once they are (a later AwaitSync before that replaces f). f must not
+// block, nor run store sessions: it runs on the committer.
 func (ss *Session) AwaitSync(f func()) bool { return ss.dur.await(f) }
 
 // WaitSync returns once every change the session's runs made is synced.
 func (ss *Session) WaitSync() {
+	if !ss.dur.pending() {
+		return
+	}
 	ch := make(chan struct{})
 	if ss.dur.await(func() { close(ch) }) {
 		<-ch
@@ -540,6 +543,12 @@ func (w *syncWait) Done() {
 	if f != nil {
 		f()
 	}
+}
+
+func (w *syncWait) pending() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n > 0
 }
 
 func (w *syncWait) await(f func()) bool {
