@@ -162,6 +162,7 @@ type Server struct {
 	sweep   chan struct{}       // closed to stop the sweeper
 	freeing atomic.Bool         // a FreeOSMemory is running
 
+	loops    int                             // event loops
 	homes    map[gnet.EventLoop]*store.Owner // each loop's owner (hostOwners)
 	hosts    []*store.Owner                  // the owners adopted, to detach
 	ctlPeers []net.Conn                      // the far ends of the loops' control connections
@@ -191,6 +192,7 @@ func (s *Server) Listen() error {
 	if len(s.cfg.Owners) > 0 {
 		loops = len(s.cfg.Owners)
 	}
+	s.loops = loops
 	cli, err := gnet.NewClient(s,
 		gnet.WithNumEventLoop(loops),
 		gnet.WithLoadBalancing(gnet.RoundRobin),
@@ -217,6 +219,9 @@ func (s *Server) Listen() error {
 	go s.sweeper()
 	return nil
 }
+
+// NumLoops is the number of event loops (after Listen).
+func (s *Server) NumLoops() int { return s.loops }
 
 // Addr is the bound address (after Listen).
 func (s *Server) Addr() net.Addr { return s.addr }

@@ -21,12 +21,13 @@ import (
 // --fsync always, whose replies wait for the disk.
 func TestShardLayoutsAnswerAlike(t *testing.T) {
 	layouts := [][]string{
-		{},                                      // the loops own the shards
-		{"--shards", "8"},                       // several shards per loop
-		{"--threads", "1"},                      // one loop owns them all
+		{},                                      // the default: one loop fewer than threads
+		{"--event-loops", "2"},                  // two loops: commands cross between them
+		{"--event-loops", "2", "--shards", "8"}, // several shards per loop
+		{"--threads", "1"},                      // one thread, one loop owns them all
 		{"--shard-owners", "goroutines"},        // the design before #19
-		{"--fsync", "always", "--shards", "4"},  // replies wait for their sync
-		{"--fsync", "always", "--threads", "1"}, // one loop, group commit
+		{"--fsync", "always", "--event-loops", "2", "--shards", "4"}, // replies wait for their sync
+		{"--fsync", "always"}, // one loop, group commit
 	}
 	var want []string
 	for _, args := range layouts {

@@ -36,6 +36,7 @@ type Config struct {
 	Threads     int    // GOMAXPROCS; 0: the Go runtime's default (the CPUs available)
 	Shards      int    // keyspace shards
 	ShardOwners string // loops (default): the event loops run the shards; goroutines: each shard its own
+	EventLoops  int    // event loops owning the shards; 0: one less than GOMAXPROCS, at least 1
 	EnableDebug string // no | yes | local
 	MaxClients  int
 	MaxKeyBytes int           // longest key accepted; 0: no limit
@@ -89,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.AdminPassword, "admin-password", "", "`password` of the user admin (AUTH admin PASSWORD), the only one that may run CLUSTER SETTOPOLOGY, CLUSTER IMPORTSTATE and DEBUG; without it only loopback clients may (every node of a cluster must share it)")
 	fs.IntVar(&c.Threads, "threads", 0, "CPUs to run Go code on at once (GOMAXPROCS); event loops and the default number of shards follow it (default: every CPU available, cgroup limits included)")
 	fs.IntVar(&c.Shards, "shards", 0, "number of keyspace shards, each owned by one goroutine (default: --threads)")
+	fs.IntVar(&c.EventLoops, "event-loops", 0, "event loops that own the shards (shard i to loop i mod N; at most --shards), with --shard-owners loops (default: one less than --threads, at least 1: a core is left to the committer, the garbage collector and, on a shared host, the clients)")
 	fs.StringVar(&c.ShardOwners, "shard-owners", "loops", "what runs the shards: loops (the event loops, one per thread, each owning shards i mod threads: a command on the loop's own shards runs inline) or goroutines (one per shard, every command handed over)")
 	fs.StringVar(&c.EnableDebug, "enable-debug-command", "no", "allow DEBUG (e.g. DEBUG CLOCK): no, yes, or local (loopback clients only)")
 	fs.IntVar(&c.MaxClients, "maxclients", 10000, "maximum simultaneous client connections (lowered at start to what the open-files limit allows)")
@@ -134,6 +136,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		if c.Shards == 0 {
 			c.Shards = runtime.GOMAXPROCS(0)
 		}
+	}
+	if c.EventLoops < 0 {
+		return c, fmt.Errorf("--event-loops must be at least 1 (or 0 for the default), got %d", c.EventLoops)
 	}
 	if c.ShardOwners != "loops" && c.ShardOwners != "goroutines" {
 		return c, fmt.Errorf("--shard-owners must be loops or goroutines, got %q", c.ShardOwners)
@@ -244,8 +249,16 @@ func run(cfg Config) error {
 	}
 	scfg := store.Config{Shards: cfg.Shards, Logger: log}
 	if cfg.ShardOwners == "loops" {
-		// One event loop per thread, each owning shards i mod loops.
-		scfg.Owners = min(runtime.GOMAXPROCS(0), cfg.Shards)
+		// Each event loop owns shards i mod loops. One loop fewer than
+		// threads by default: on 2 cores shared with the load generator,
+		// one loop owning both shards beat two (docs/performance.md, issue
+		// #19): a command then never waits for another loop, and the other
+		// core runs the committer, the GC and the clients.
+		loops := cfg.EventLoops
+		if loops == 0 {
+			loops = max(1, runtime.GOMAXPROCS(0)-1)
+		}
+		scfg.Owners = min(loops, cfg.Shards)
 	}
 	if !cfg.InMemory {
 		scfg.DataDir = cfg.DataDir
@@ -317,7 +330,7 @@ func run(cfg Config) error {
 	if !cfg.InMemory {
 		persistence = cfg.DataDir + " fsync=" + cfg.Fsync.String()
 	}
-	log.Info("cellserver listening", "addr", srv.Addr().String(), "threads", runtime.GOMAXPROCS(0), "shards", st.NumShards(), "shard_owners", cfg.ShardOwners, "persistence", persistence, "maxclients", maxClients, "version", commands.Version)
+	log.Info("cellserver listening", "addr", srv.Addr().String(), "threads", runtime.GOMAXPROCS(0), "shards", st.NumShards(), "shard_owners", cfg.ShardOwners, "event_loops", srv.NumLoops(), "persistence", persistence, "maxclients", maxClients, "version", commands.Version)
 
 	if cfg.PprofAddr != "" {
 		go func() {
