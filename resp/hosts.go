@@ -138,12 +138,16 @@ func (s *Server) closeAll(ctx context.Context) {
 // the committer's goroutine.
 func (s *Server) synced(gc gnet.Conn, c *conn) {
 	err := gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-		c.busy = false
+		s.unhold(c)
 		if c.closed {
 			c.cl.Close()
 			return nil
 		}
 		if !s.flush(gc, c) || c.cl.Closing() || !s.drainPushes(gc, c) {
+			return gc.Close()
+		}
+		// Shutting down: what the client sent meanwhile does not run.
+		if s.closing.Load() {
 			return gc.Close()
 		}
 		if len(c.buf) > 0 && s.resume(gc, c) == gnet.Close {
@@ -172,7 +176,8 @@ func closeOffLoop(c *conn) {
 // is busy, and buf (c.buf: its requests and their replies read it) is
 // pinned until it is answered, the unparsed rest moving to the spare.
 func (s *Server) pend(c *conn, buf []byte, start int, perr error) {
-	c.busy, c.perr, c.swapped = true, perr, true
+	s.hold(c)
+	c.perr, c.swapped = perr, true
 	c.pinned = buf
 	c.buf = append(c.alt[:0], buf[start:]...)
 	c.alt = nil
@@ -198,6 +203,8 @@ func (s *Server) finishRemote(gc gnet.Conn, c *conn) {
 	var action gnet.Action
 	defer func() {
 		if action == gnet.Close {
+			// Not busy any more, so that OnClose releases the client.
+			s.unhold(c)
 			_ = gc.Close()
 		}
 	}()
@@ -210,7 +217,7 @@ func (s *Server) finishRemote(gc gnet.Conn, c *conn) {
 	c.p.giveBack(c.pinnedArgs)
 	c.pinnedArgs = nil
 	if c.closed {
-		c.busy = false
+		s.unhold(c)
 		c.cl.Close()
 		return
 	}
@@ -226,15 +233,34 @@ func (s *Server) finishRemote(gc gnet.Conn, c *conn) {
 		return // still busy: synced writes the replies
 	}
 	c.cl.WaitSync()
-	c.busy = false
+	s.unhold(c)
 	if perr != nil {
 		c.out.WriteError("ERR " + perr.Error())
 	}
-	if !s.flush(gc, c) || perr != nil || c.cl.Closing() || !s.drainPushes(gc, c) {
+	if !s.flush(gc, c) || perr != nil || c.cl.Closing() || !s.drainPushes(gc, c) || s.closing.Load() {
 		action = gnet.Close
 		return
 	}
 	if len(c.buf) > 0 {
 		action = s.resume(gc, c)
 	}
+}
+
+// hold marks c busy while its replies wait on the loop (pend, AwaitSync),
+// counted in waiting so that Shutdown lets them be written first.
+func (s *Server) hold(c *conn) {
+	if !c.waiting {
+		c.waiting = true
+		s.waiting.Add(1)
+	}
+	c.busy = true
+}
+
+// unhold ends hold.
+func (s *Server) unhold(c *conn) {
+	if c.waiting {
+		c.waiting = false
+		s.waiting.Add(-1)
+	}
+	c.busy = false
 }

@@ -150,6 +150,7 @@ type Server struct {
 
 	nconns   atomic.Int64
 	detached atomic.Int64 // Slow pipelines running off the loops
+	waiting  atomic.Int64 // connections whose replies wait on the loop (hold)
 	closing  atomic.Bool
 
 	// now is a coarse clock (Unix ms, kept by the sweeper every 100 ms), as
@@ -347,7 +348,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Pipelines running off the loops finish while the loops still
 		// run, so that their replies are written; connections take no new
 		// commands meanwhile (OnTraffic closes them).
-		for s.detached.Load() > 0 && ctx.Err() == nil {
+		// So do pipelines whose replies wait for another loop or for the
+		// disk.
+		for (s.detached.Load() > 0 || s.waiting.Load() > 0) && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
 		// Clients close while every loop still runs: closing one may need
@@ -381,6 +384,7 @@ type conn struct {
 	pinned, alt []byte
 	pinnedArgs  [][]byte // the parsed arguments of that pipeline (parser.hand)
 	swapped     bool
+	waiting     bool // counted in Server.waiting (hold)
 	perr        error
 	room        int
 	remote      func() // ExecAsync's done: finishRemote on the loop
@@ -670,7 +674,7 @@ func (s *Server) process(gc gnet.Conn, c *conn, buf []byte) (int, bool) {
 		// (Not with replies that reference the request's bytes, which the
 		// next read may overwrite.)
 		if perr == nil && !c.cl.Closing() && !c.out.Refs() && c.cl.AwaitSync(c.syncDone) {
-			c.busy = true
+			s.hold(c)
 			return start, true
 		}
 		c.cl.WaitSync()

@@ -452,6 +452,8 @@ type Session struct {
 	deferSync bool
 	dur       syncWait
 	async     bool        // a RunAsync is not finished
+	asyncCB   func()      // the signal's callback for RunAsync: leave, then asyncDone
+	asyncDone func()      // RunAsync's done
 	held      []*envelope // AddHeld's requests, not run yet
 	hold      *hold       // reused by runHeld and Hold; nil until the first
 	inline    *inline     // non-nil between Hold and Release
@@ -629,10 +631,14 @@ func (ss *Session) RunAsync(done func()) bool {
 	// the last calls the callback, unless it is the session itself, which
 	// then knows that everything ran.
 	ss.sig.add(len(ss.touched) + 1)
-	ss.sig.cb = func() {
-		st.leave()
-		done()
+	if ss.asyncCB == nil { // made once: a session allocates nothing once warm
+		ss.asyncCB = func() {
+			ss.st.leave()
+			ss.asyncDone()
+		}
 	}
+	ss.asyncDone = done
+	ss.sig.cb = ss.asyncCB
 	ss.send()
 	if ss.sig.n.Add(-1) == 0 {
 		ss.sig.cb = nil
