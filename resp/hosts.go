@@ -143,14 +143,7 @@ func (s *Server) synced(gc gnet.Conn, c *conn) {
 			c.cl.Close()
 			return nil
 		}
-		if !s.flush(gc, c) || c.cl.Closing() || !s.drainPushes(gc, c) {
-			return gc.Close()
-		}
-		// Shutting down: what the client sent meanwhile does not run.
-		if s.closing.Load() {
-			return gc.Close()
-		}
-		if len(c.buf) > 0 && s.resume(gc, c) == gnet.Close {
+		if s.replied(gc, c, nil) == gnet.Close {
 			return gc.Close()
 		}
 		return nil
@@ -234,16 +227,25 @@ func (s *Server) finishRemote(gc gnet.Conn, c *conn) {
 	}
 	c.cl.WaitSync()
 	s.unhold(c)
+	action = s.replied(gc, c, perr)
+}
+
+// replied ends a wait for a busy connection's replies (finishRemote,
+// synced), on its loop: it writes them (and perr's, the protocol error
+// that followed them), then the pushes held back meanwhile, then runs what
+// the client sent meanwhile; unless the client quits or the server is
+// shutting down (then nothing more of its runs).
+func (s *Server) replied(gc gnet.Conn, c *conn, perr error) gnet.Action {
 	if perr != nil {
 		c.out.WriteError("ERR " + perr.Error())
 	}
 	if !s.flush(gc, c) || perr != nil || c.cl.Closing() || !s.drainPushes(gc, c) || s.closing.Load() {
-		action = gnet.Close
-		return
+		return gnet.Close
 	}
 	if len(c.buf) > 0 {
-		action = s.resume(gc, c)
+		return s.resume(gc, c)
 	}
+	return gnet.None
 }
 
 // hold marks c busy while its replies wait on the loop (pend, AwaitSync),

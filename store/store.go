@@ -506,11 +506,16 @@ func (ss *Session) DeferSync(on bool) { ss.deferSync = on }
 // synced; otherwise it returns true and calls f, on another goroutine,
 // once they are (a later AwaitSync before that replaces f). f must not
 // block, nor run store sessions: it runs on the committer.
-func (ss *Session) AwaitSync(f func()) bool { return ss.dur.await(f) }
+func (ss *Session) AwaitSync(f func()) bool {
+	if !ss.st.SyncsWrites() {
+		return false // nothing is ever counted: no lock per pipeline
+	}
+	return ss.dur.await(f)
+}
 
 // WaitSync returns once every change the session's runs made is synced.
 func (ss *Session) WaitSync() {
-	if !ss.dur.pending() {
+	if !ss.st.SyncsWrites() || !ss.dur.pending() {
 		return
 	}
 	ch := make(chan struct{})

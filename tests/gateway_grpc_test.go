@@ -27,6 +27,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/cellserver/cellserver/gateway/header/headertest"
 )
 
 // rlsPolicy is an envoyproxy/ratelimit configuration, unchanged.
@@ -117,33 +119,15 @@ func rlsHeaders(t *testing.T, resp *rlspb.RateLimitResponse) map[string]string {
 	return m
 }
 
-// rlsSFItem is one item of a RateLimit / RateLimit-Policy list.
-type rlsSFItem struct {
-	Name   string
-	Params map[string]string
-}
-
-// parseRLSList parses a RateLimit or RateLimit-Policy value: a list of
-// sf-string names with ;key=value parameters.
-func parseRLSList(t *testing.T, v string) []rlsSFItem {
+// parseRLSList parses a RateLimit or RateLimit-Policy value.
+func parseRLSList(t *testing.T, v string) []headertest.Item {
 	t.Helper()
-	var out []rlsSFItem
-	for _, m := range strings.Split(v, ",") {
-		parts := strings.Split(strings.TrimSpace(m), ";")
-		name, err := strconv.Unquote(parts[0])
-		require.NoError(t, err, "name %q in %q", parts[0], v)
-		it := rlsSFItem{Name: name, Params: map[string]string{}}
-		for _, p := range parts[1:] {
-			k, val, ok := strings.Cut(p, "=")
-			require.True(t, ok, "parameter %q in %q", p, v)
-			it.Params[k] = val
-		}
-		out = append(out, it)
-	}
-	return out
+	items, err := headertest.ParseList(v)
+	require.NoError(t, err)
+	return items
 }
 
-func paramInt(t *testing.T, it rlsSFItem, k string) int64 {
+func paramInt(t *testing.T, it headertest.Item, k string) int64 {
 	t.Helper()
 	n, err := strconv.ParseInt(it.Params[k], 10, 64)
 	require.NoError(t, err, "%s=%q of %q", k, it.Params[k], it.Name)

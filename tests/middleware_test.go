@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,42 +27,6 @@ import (
 	"github.com/cellserver/cellserver/middleware"
 	"github.com/cellserver/cellserver/middleware/retry"
 )
-
-// startServerAt starts cellserver on a given loopback address: a restart
-// where the application's middleware still points.
-func startServerAt(t *testing.T, addr string, extraArgs ...string) *server {
-	t.Helper()
-	_, p, err := net.SplitHostPort(addr)
-	require.NoError(t, err)
-	port, err := strconv.Atoi(p)
-	require.NoError(t, err)
-	s := &server{t: t, Addr: addr, Port: port, stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(binPath, append([]string{"--addr", addr}, extraArgs...)...)
-	s.cmd.Stderr, s.cmd.Stdout = s.stderr, s.stderr
-	require.NoError(t, s.cmd.Start())
-	go func() {
-		s.waitErr = s.cmd.Wait()
-		close(s.exited)
-	}()
-	t.Cleanup(func() {
-		if code := s.Stop(); code != 0 {
-			t.Errorf("cellserver %s exited with status %d after SIGTERM, want 0; output:\n%s", addr, code, s.Output())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !pingRaw(addr) {
-		select {
-		case <-s.exited:
-			t.Fatalf("cellserver on %s exited early (%v):\n%s", addr, s.waitErr, s.Output())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cellserver on %s: no PONG within 10 s:\n%s", addr, s.Output())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return s
-}
 
 // mwApp is an application behind the middleware, served by httptest.
 type mwApp struct {
@@ -228,8 +191,9 @@ func TestMiddlewareMinuteAndDayAllOrNothing(t *testing.T) {
 // locally with exactly its ceiling, the fail-closed one answers 503; once
 // cellserver is started again on the same address, both use it again.
 func TestMiddlewareFailsOpenOrClosedAndRecovers(t *testing.T) {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-	srv := startServerAt(t, addr, "--in-memory")
+	port := freePort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	srv := clStartOnPort(t, port, "--in-memory")
 	app := newMWApp(t, addr, map[string]middleware.Route{
 		"/api": {Name: "api", OnFailure: middleware.FailOpen,
 			Limits:      []middleware.Limit{{Name: "minute", Limit: limit.SWL{Limit: 100, Window: time.Minute}}},
@@ -280,7 +244,7 @@ func TestMiddlewareFailsOpenOrClosedAndRecovers(t *testing.T) {
 	assert.Equal(t, uint64(3), st["login"].Refused)
 	assert.Contains(t, app.logs.String(), "falling back")
 
-	startServerAt(t, addr, "--in-memory")
+	clStartOnPort(t, port, "--in-memory") // where the middleware still points
 	// Recovery takes the breaker's second and go-redis's redial (at most
 	// a second once its pool has seen as many dial errors as its size):
 	// poll for it.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/cellserver/cellserver/gateway"
 	"github.com/cellserver/cellserver/gateway/header"
+	"github.com/cellserver/cellserver/gateway/header/headertest"
 	"github.com/cellserver/cellserver/gateway/policy"
 	"github.com/cellserver/cellserver/service"
 	"github.com/cellserver/cellserver/store"
@@ -191,29 +192,11 @@ func headers(t *testing.T, resp *rlspb.RateLimitResponse) map[string]string {
 	return m
 }
 
-// sfItem is one item of a RateLimit or RateLimit-Policy list.
-type sfItem struct {
-	name   string
-	params map[string]string
-}
-
-// parseSFList parses the Structured Field lists cellserver writes: quoted
-// names with ;key=value parameters, comma-separated.
-func parseSFList(t *testing.T, v string) []sfItem {
+// parseSFList parses a RateLimit or RateLimit-Policy value.
+func parseSFList(t *testing.T, v string) []headertest.Item {
 	t.Helper()
-	var items []sfItem
-	for _, member := range strings.Split(v, ",") {
-		parts := strings.Split(strings.TrimSpace(member), ";")
-		name, err := strconv.Unquote(parts[0])
-		require.NoError(t, err, "item name %q of %q", parts[0], v)
-		it := sfItem{name: name, params: map[string]string{}}
-		for _, p := range parts[1:] {
-			k, val, ok := strings.Cut(p, "=")
-			require.True(t, ok, "parameter %q of %q", p, v)
-			it.params[k] = val
-		}
-		items = append(items, it)
-	}
+	items, err := headertest.ParseList(v)
+	require.NoError(t, err)
 	return items
 }
 
@@ -351,18 +334,18 @@ func TestHeadersOnOK(t *testing.T) {
 	// Every enforced limit is a policy; shadow and unlimited ones are not.
 	pol := parseSFList(t, hs["ratelimit-policy"])
 	require.Len(t, pol, 2)
-	assert.Equal(t, "per_minute", pol[0].name)
-	assert.Equal(t, "3", pol[0].params["q"])
-	assert.Equal(t, "60", pol[0].params["w"])
-	assert.Equal(t, "per_day", pol[1].name)
-	assert.Equal(t, "100", pol[1].params["q"])
-	assert.Equal(t, "86400", pol[1].params["w"])
+	assert.Equal(t, "per_minute", pol[0].Name)
+	assert.Equal(t, "3", pol[0].Params["q"])
+	assert.Equal(t, "60", pol[0].Params["w"])
+	assert.Equal(t, "per_day", pol[1].Name)
+	assert.Equal(t, "100", pol[1].Params["q"])
+	assert.Equal(t, "86400", pol[1].Params["w"])
 	// The minute is closest to refusing: it is described.
 	rl := parseSFList(t, hs["ratelimit"])
 	require.Len(t, rl, 1)
-	assert.Equal(t, "per_minute", rl[0].name)
-	assert.Equal(t, "1", rl[0].params["r"])
-	assert.Equal(t, "60", rl[0].params["t"], "quota used comes back at the window's end")
+	assert.Equal(t, "per_minute", rl[0].Name)
+	assert.Equal(t, "1", rl[0].Params["r"])
+	assert.Equal(t, "60", rl[0].Params["t"], "quota used comes back at the window's end")
 
 	assert.Equal(t, "3", hs["x-ratelimit-limit"])
 	assert.Equal(t, "1", hs["x-ratelimit-remaining"])
@@ -383,9 +366,9 @@ func TestOverLimitBodyAndHeaders(t *testing.T) {
 	assert.Equal(t, "60", hs["retry-after"])
 	rl := parseSFList(t, hs["ratelimit"])
 	require.Len(t, rl, 1)
-	assert.Equal(t, "per_minute", rl[0].name)
-	assert.Equal(t, "0", rl[0].params["r"])
-	assert.Equal(t, "60", rl[0].params["t"])
+	assert.Equal(t, "per_minute", rl[0].Name)
+	assert.Equal(t, "0", rl[0].Params["r"])
+	assert.Equal(t, "60", rl[0].Params["t"])
 	assert.Equal(t, "0", hs["x-ratelimit-remaining"])
 
 	var p header.Problem
