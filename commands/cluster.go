@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/limit"

@@ -60,12 +60,12 @@ type requests struct {
 	pttl   freeList[store.PTTLReq]
 	typ    freeList[store.TypeReq]
 
-	dbsize    freeList[store.DBSizeReq]
-	flush     freeList[store.FlushReq]
-	scan      freeList[store.ScanReq]
-	keys      freeList[store.KeysReq]
-	slotCount freeList[store.SlotCountReq]
-	slotKeys  freeList[store.SlotKeysReq]
+	dbsize       freeList[store.DBSizeReq]
+	flush        freeList[store.FlushReq]
+	scan         freeList[store.ScanReq]
+	keys         freeList[store.KeysReq]
+	slotCount    freeList[store.SlotCountReq]
+	slotKeys     freeList[store.SlotKeysReq]
 	slotKeyCount freeList[store.SlotKeyCountReq]
 }
 
