@@ -154,18 +154,19 @@ func (s *Server) redirect(r *store.Redirect) string {
 		return ErrTryAgain
 	}
 	// Moved, or an ASK whose move ended meanwhile: to the owner.
-	addr, local, known := s.Locate(r.Slot)
+	owner, known := ns.Topology.PrimaryOf(r.Slot)
 	switch {
 	case !known:
 		return ErrClusterDown
-	case local:
+	case owner == s.myID:
 		// The gate and the topology disagree for an instant (a change
 		// is being applied): the client retries.
 		s.mig.tryAgain.Add(1)
 		return ErrTryAgain
 	}
+	n, _, _, _ := ns.Topology.Node(owner)
 	s.stats.moved.Add(1)
-	return "MOVED " + strconv.Itoa(r.Slot) + " " + addr
+	return "MOVED " + strconv.Itoa(r.Slot) + " " + n.Addr()
 }
 
 // consumeAsking gives the command its client's ASKING: the flag lasts for
@@ -736,7 +737,6 @@ func clusterMigrateState(c *Client, w *Out, args [][]byte) {
 		w.WriteError("ERR this node has no topology yet: apply one first (cellserver cluster apply)")
 		return
 	}
-	now := s.clock.Now()
 	n := s.st.NumShards()
 	replace := make([]store.RestoreReq, n)
 	merge := make([]store.RestoreReq, n)
@@ -748,8 +748,11 @@ func clusterMigrateState(c *Client, w *Out, args [][]byte) {
 			w.WriteError(ErrNotInteger)
 			return
 		}
-		if e := checkImportState(rest[i+1], exp, now); e != "" {
-			w.WriteError(ErrImportPrefix + trunc(cstr(key), 128) + "': " + e)
+		// A node of the cluster sends what it holds, whatever it is (a
+		// redis-cell "year-2343 lock" included: a move must not leave a key
+		// behind); it must decode.
+		if _, err := limit.Decode(rest[i+1]); err != nil || (exp < 0 && exp != store.NoExpiry) {
+			w.WriteError(ErrImportPrefix + trunc(cstr(key), 128) + "': the state does not decode")
 			return
 		}
 		slot := cluster.KeySlot(key)
@@ -763,12 +766,7 @@ func clusterMigrateState(c *Client, w *Out, args [][]byte) {
 		case owner == s.myID:
 			r = &merge[sh]
 		default:
-			addr, _, known := s.Locate(slot)
-			if !known {
-				w.WriteError(ErrClusterDown)
-			} else {
-				w.WriteError("MOVED " + strconv.Itoa(slot) + " " + addr)
-			}
+			w.WriteError(s.redirect(&store.Redirect{Kind: store.Moved, Slot: slot}))
 			return
 		}
 		if len(replace[sh].Entries)+len(merge[sh].Entries) == 0 {
