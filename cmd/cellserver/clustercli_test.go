@@ -293,3 +293,244 @@ func TestClusterApplyAdminPassword(t *testing.T) {
 	assert.Contains(t, stdout, prefix+" error: WRONGPASS")
 	assert.Len(t, secured.got(), 1)
 }
+
+// planNodes are four nodes on 127.0.0.1:7001..7004 for the planning tables.
+var planNodes = func() []cluster.Node {
+	var out []cluster.Node
+	for p := 7001; p <= 7004; p++ {
+		out = append(out, cluster.Node{ID: cluster.NodeID("127.0.0.1", p), Host: "127.0.0.1", Port: p})
+	}
+	return out
+}()
+
+// planTop builds a validated topology; slots[i] are the ranges of
+// planNodes[i] (a missing entry or nil owns nothing). Node i is in the
+// document if i < len(slots).
+func planTop(t *testing.T, epoch uint64, slots ...[][2]int) *cluster.Topology {
+	t.Helper()
+	top := &cluster.Topology{Epoch: epoch}
+	for i, r := range slots {
+		top.Shards = append(top.Shards, cluster.Shard{Slots: r, Primary: planNodes[i], Replicas: []cluster.Node{}})
+	}
+	require.NoError(t, top.Validate())
+	return top
+}
+
+// planView is node i reporting epoch (its topology's), its topology and open
+// slots: "migrating"/"importing" map slot -> peer node index.
+func planView(i int, top *cluster.Topology, migrating, importing map[int]int) nodeView {
+	st := &nodeState{ID: planNodes[i].ID, Topology: top, Migrating: map[int]string{}, Importing: map[int]string{}}
+	if top != nil {
+		st.Epoch = top.Epoch
+	}
+	for s, p := range migrating {
+		st.Migrating[s] = planNodes[p].ID
+	}
+	for s, p := range importing {
+		st.Importing[s] = planNodes[p].ID
+	}
+	return nodeView{Node: planNodes[i], State: st}
+}
+
+func rng(lo, hi int) [2]int { return [2]int{lo, hi} }
+
+func TestClusterPlanApply(t *testing.T) {
+	three := func(epoch uint64) *cluster.Topology {
+		return planTop(t, epoch, [][2]int{rng(0, 5460)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)})
+	}
+	// moved: 0-99 from node 0 to node 1, 10923-11000 from node 2 to node 0.
+	moved := func(epoch uint64) *cluster.Topology {
+		return planTop(t, epoch,
+			[][2]int{rng(100, 5460), rng(10923, 11000)},
+			[][2]int{rng(0, 99), rng(5461, 10922)},
+			[][2]int{rng(11001, 16383)})
+	}
+	open := func(lo, hi, peer int) map[int]int {
+		m := map[int]int{}
+		for s := lo; s <= hi; s++ {
+			m[s] = peer
+		}
+		return m
+	}
+	n := planNodes
+	cases := []struct {
+		name  string
+		doc   *cluster.Topology
+		views []nodeView
+		moves []slotMove
+		err   string
+	}{
+		{
+			name:  "new cluster: nothing to move",
+			doc:   three(1),
+			views: []nodeView{planView(0, nil, nil, nil), planView(1, nil, nil, nil), planView(2, nil, nil, nil)},
+		},
+		{
+			name:  "same layout, higher epoch: nothing to move",
+			doc:   three(2),
+			views: []nodeView{planView(0, three(1), nil, nil), planView(1, three(1), nil, nil), planView(2, three(1), nil, nil)},
+		},
+		{
+			name:  "rebalance: one move per pair, sorted by source",
+			doc:   moved(2),
+			views: []nodeView{planView(2, three(1), nil, nil), planView(0, three(1), nil, nil), planView(1, three(1), nil, nil)},
+			moves: []slotMove{
+				{Src: n[0], Dst: n[1], Slots: cluster.Ranges{rng(0, 99)}},
+				{Src: n[2], Dst: n[0], Slots: cluster.Ranges{rng(10923, 11000)}},
+			},
+		},
+		{
+			name: "a move left open by an earlier run resumes",
+			doc:  moved(2),
+			views: []nodeView{
+				planView(0, three(1), open(0, 99, 1), nil),
+				planView(1, three(1), nil, open(0, 99, 0)),
+				planView(2, three(1), nil, nil),
+			},
+			moves: []slotMove{
+				{Src: n[0], Dst: n[1], Slots: cluster.Ranges{rng(0, 99)}},
+				{Src: n[2], Dst: n[0], Slots: cluster.Ranges{rng(10923, 11000)}},
+			},
+		},
+		{
+			name: "flip done on the destinations only: nothing left to move",
+			doc:  moved(2),
+			views: []nodeView{
+				planView(0, moved(2), nil, nil), // a destination: flipped, its importing cleared
+				planView(1, moved(2), nil, nil),
+				planView(2, three(1), open(10923, 11000, 0), nil),
+			},
+		},
+		{
+			name: "redis-cli stopped between SETSLOT NODE calls: the claimed target owns the slot",
+			doc:  planTop(t, 3, [][2]int{rng(100, 5460)}, [][2]int{rng(0, 99), rng(5461, 10922)}, [][2]int{rng(10923, 16383)}),
+			views: []nodeView{
+				planView(0, three(2), open(0, 99, 1), nil),
+				planView(1, planTop(t, 2, [][2]int{rng(100, 5460)}, [][2]int{rng(0, 99), rng(5461, 10922)}, [][2]int{rng(10923, 16383)}), nil, nil),
+				planView(2, three(2), nil, nil),
+			},
+		},
+		{
+			name: "the highest epoch's claim wins",
+			doc:  three(5),
+			views: []nodeView{
+				planView(0, three(1), nil, nil),
+				planView(1, planTop(t, 4, [][2]int{rng(0, 5460)}, [][2]int{rng(5461, 16383)}, nil), nil, nil), // took node 2's slots
+				planView(2, three(1), nil, nil), // still claims them, at an older epoch
+			},
+			moves: []slotMove{{Src: n[1], Dst: n[2], Slots: cluster.Ranges{rng(10923, 16383)}}},
+		},
+		{
+			name: "a node without a topology joins and receives slots",
+			doc:  planTop(t, 2, [][2]int{rng(0, 4000)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)}, [][2]int{rng(4001, 5460)}),
+			views: []nodeView{
+				planView(0, three(1), nil, nil), planView(1, three(1), nil, nil), planView(2, three(1), nil, nil),
+				planView(3, nil, nil, nil),
+			},
+			moves: []slotMove{{Src: n[0], Dst: n[3], Slots: cluster.Ranges{rng(4001, 5460)}}},
+		},
+		{
+			name:  "a node at the document's epoch with another layout",
+			doc:   moved(2),
+			views: []nodeView{planView(0, three(1), nil, nil), planView(1, three(2), nil, nil), planView(2, three(1), nil, nil)},
+			err:   "node 127.0.0.1:7002 is at epoch 2: write the document with an epoch above 2",
+		},
+		{
+			name: "the node with the highest epoch is named",
+			doc:  moved(4),
+			views: []nodeView{
+				planView(0, three(5), nil, nil), planView(1, three(7), nil, nil), planView(2, three(3), nil, nil),
+			},
+			err: "node 127.0.0.1:7002 is at epoch 7: write the document with an epoch above 7",
+		},
+		{
+			name: "a slot migrating to a node the document does not give it to",
+			doc:  moved(2),
+			views: []nodeView{
+				planView(0, three(1), map[int]int{5: 2}, nil),
+				planView(1, three(1), nil, nil),
+				planView(2, three(1), nil, map[int]int{5: 0}),
+			},
+			err: "slot 5 is migrating on 127.0.0.1:7001 to node " + n[2].ID + ", but the document gives it to node " + n[1].ID,
+		},
+		{
+			name: "a slot importing that the document leaves where it is",
+			doc:  moved(2),
+			views: []nodeView{
+				planView(0, three(1), nil, nil),
+				planView(1, three(1), nil, nil),
+				planView(2, three(1), nil, map[int]int{6000: 1}),
+			},
+			err: "slot 6000 is importing on 127.0.0.1:7003 from node " + n[1].ID + ", but the document gives it to node " + n[1].ID,
+		},
+		{
+			name: "a move the document abandons is refused, not rolled back",
+			doc:  three(2),
+			views: []nodeView{
+				planView(0, three(1), open(0, 0, 1), nil),
+				planView(1, three(1), nil, open(0, 0, 0)),
+				planView(2, three(1), nil, nil),
+			},
+			err: "slot 0 is migrating on 127.0.0.1:7001 to node " + n[1].ID + ", but the document gives it to node " + n[0].ID,
+		},
+		{
+			name: "two nodes claim a slot at the same epoch",
+			doc:  three(2),
+			views: []nodeView{
+				planView(0, three(1), nil, nil),
+				planView(1, planTop(t, 1, [][2]int{rng(1, 5460)}, [][2]int{rng(0, 0), rng(5461, 10922)}, [][2]int{rng(10923, 16383)}), nil, nil),
+				planView(2, three(1), nil, nil),
+			},
+			err: "slot 0 is claimed by both 127.0.0.1:7001 and 127.0.0.1:7002 at epoch 1",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			moves, err := planApply(c.doc, c.views)
+			if c.err != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), c.err)
+				return
+			}
+			require.NoError(t, err)
+			if len(c.moves) == 0 {
+				assert.Empty(t, moves)
+				return
+			}
+			assert.Equal(t, c.moves, moves)
+		})
+	}
+}
+
+func TestClusterParseNodeState(t *testing.T) {
+	doc, err := planTop(t, 3, [][2]int{rng(0, 16383)}, nil).Marshal()
+	require.NoError(t, err)
+	st, err := parseNodeState([]byte(`{"id":"` + planNodes[0].ID + `","epoch":3,"topology":` + string(doc) +
+		`,"migrating":[[5,"` + planNodes[1].ID + `"]],"importing":[[7,"` + planNodes[1].ID + `"]],"orphans":2,"migrated":10,"imported":4}`))
+	require.NoError(t, err)
+	assert.Equal(t, planNodes[0].ID, st.ID)
+	assert.Equal(t, uint64(3), st.Epoch)
+	require.NotNil(t, st.Topology)
+	assert.Equal(t, [][2]int{rng(0, 16383)}, st.Topology.SlotsOf(planNodes[0].ID))
+	assert.Equal(t, map[int]string{5: planNodes[1].ID}, st.Migrating)
+	assert.Equal(t, map[int]string{7: planNodes[1].ID}, st.Importing)
+	assert.Equal(t, int64(2), st.Orphans)
+	assert.Equal(t, "[5->-"+planNodes[1].ID+"] [7-<-"+planNodes[1].ID+"]", openSlotsText(st))
+
+	st, err = parseNodeState([]byte(`{"id":"` + planNodes[0].ID + `","epoch":0,"topology":null,"migrating":[],"importing":[],"orphans":0,"migrated":0,"imported":0}`))
+	require.NoError(t, err)
+	assert.Nil(t, st.Topology)
+	assert.Empty(t, openSlotsText(st))
+
+	for _, bad := range []string{
+		`not json`,
+		`{"epoch":1}`,
+		`{"id":"x","migrating":[[5]]}`,
+		`{"id":"x","migrating":[[16384,"y"]]}`,
+		`{"id":"x","importing":[["5","y"]]}`,
+		`{"id":"x","topology":{"epoch":0,"shards":[]}}`,
+	} {
+		_, err := parseNodeState([]byte(bad))
+		assert.Error(t, err, bad)
+	}
+}
