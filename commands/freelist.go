@@ -66,8 +66,7 @@ type requests struct {
 	keys      freeList[store.KeysReq]
 	slotCount freeList[store.SlotCountReq]
 	slotKeys  freeList[store.SlotKeysReq]
-	dumpSlots freeList[store.DumpSlotsReq]
-	dropSlots freeList[store.DropSlotsReq]
+	slotKeyCount freeList[store.SlotKeyCountReq]
 }
 
 func (r *requests) reset() {
@@ -82,8 +81,7 @@ func (r *requests) reset() {
 	r.keys.reset()
 	r.slotCount.reset()
 	r.slotKeys.reset()
-	r.dumpSlots.reset()
-	r.dropSlots.reset()
+	r.slotKeyCount.reset()
 }
 
 // callPools are a client's calls of the decision API, by kind.
