@@ -626,6 +626,7 @@ func TestClusterPlanApply(t *testing.T) {
 		doc   *cluster.Topology
 		views []nodeView
 		moves []slotMove
+		join  *cluster.Topology // nil: no join step
 		err   string
 	}{
 		{
@@ -689,13 +690,38 @@ func TestClusterPlanApply(t *testing.T) {
 			moves: []slotMove{{Src: n[1], Dst: n[2], Slots: cluster.Ranges{rng(10923, 16383)}}},
 		},
 		{
-			name: "a node without a topology joins and receives slots",
-			doc:  planTop(t, 2, [][2]int{rng(0, 4000)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)}, [][2]int{rng(4001, 5460)}),
+			name: "a node without a topology joins first, at the epoch below, and receives slots",
+			doc:  planTop(t, 3, [][2]int{rng(0, 4000)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)}, [][2]int{rng(4001, 5460)}),
 			views: []nodeView{
 				planView(0, three(1), nil, nil), planView(1, three(1), nil, nil), planView(2, three(1), nil, nil),
 				planView(3, nil, nil, nil),
 			},
 			moves: []slotMove{{Src: n[0], Dst: n[3], Slots: cluster.Ranges{rng(4001, 5460)}}},
+			join:  planTop(t, 2, [][2]int{rng(0, 5460)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)}, [][2]int{}),
+		},
+		{
+			name: "a joining node leaves no epoch between the nodes' and the document's",
+			doc:  planTop(t, 2, [][2]int{rng(0, 4000)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)}, [][2]int{rng(4001, 5460)}),
+			views: []nodeView{
+				planView(0, three(1), nil, nil), planView(1, three(1), nil, nil), planView(2, three(1), nil, nil),
+				planView(3, nil, nil, nil),
+			},
+			err: "node 127.0.0.1:7001 is at epoch 1: write the document with an epoch above 2 (new nodes join at the epoch below the document's)",
+		},
+		{
+			name: "a node the document leaves out hands its slots over",
+			doc:  planTop(t, 3, [][2]int{rng(0, 10922)}, [][2]int{rng(10923, 16383)}),
+			views: []nodeView{
+				planView(0, planTop(t, 1, [][2]int{rng(0, 5460)}, nil, [][2]int{rng(10923, 16383)}), nil, nil),
+				planView(1, planTop(t, 1, [][2]int{rng(0, 5460)}, nil, [][2]int{rng(10923, 16383)}), nil, nil),
+				planView(2, planTop(t, 1, [][2]int{rng(0, 5460)}, nil, [][2]int{rng(5461, 10922), rng(10923, 16383)}), nil, nil),
+			},
+			// node 2 claims 5461-16383 at epoch 1 in its own view; node 1 is
+			// in every view, with no slots, so nobody needs to join.
+			moves: []slotMove{
+				{Src: n[2], Dst: n[0], Slots: cluster.Ranges{rng(5461, 10922)}},
+				{Src: n[2], Dst: n[1], Slots: cluster.Ranges{rng(10923, 16383)}},
+			},
 		},
 		{
 			name:  "a node at the document's epoch with another layout",
@@ -754,13 +780,21 @@ func TestClusterPlanApply(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			moves, err := planApply(c.doc, c.views)
+			plan, err := planApply(c.doc, c.views)
+			moves := plan.Moves
 			if c.err != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), c.err)
 				return
 			}
 			require.NoError(t, err)
+			if c.join == nil {
+				assert.Nil(t, plan.Join)
+			} else if assert.NotNil(t, plan.Join) {
+				want, _ := c.join.Marshal()
+				got, _ := plan.Join.Marshal()
+				assert.Equal(t, string(want), string(got))
+			}
 			if len(c.moves) == 0 {
 				assert.Empty(t, moves)
 				return

@@ -313,17 +313,113 @@ func describeOwner(id string) string {
 	return "node " + id
 }
 
+// applyPlan is what apply will do: add nodes (Join, if not nil), move
+// slots, flip to the document.
+type applyPlan struct {
+	// Join is sent first when a move's source or destination does not know
+	// its peer as a primary (a node being added, or one with no topology
+	// yet): the current ownership, unchanged, with every node of the
+	// document and every current owner, at the document's epoch - 1. Nodes
+	// refuse to open a slot to a node they do not know.
+	Join  *cluster.Topology
+	Moves []slotMove
+}
+
 // planApply runs the checks apply makes before changing anything: epochs,
-// current owners, moves.
-func planApply(doc *cluster.Topology, views []nodeView) ([]slotMove, error) {
+// current owners, moves, and whether the nodes must be told about each
+// other first.
+func planApply(doc *cluster.Topology, views []nodeView) (applyPlan, error) {
 	if err := checkEpochs(doc, views); err != nil {
-		return nil, err
+		return applyPlan{}, err
 	}
 	owners, err := currentOwners(views)
 	if err != nil {
-		return nil, err
+		return applyPlan{}, err
 	}
-	return planMoves(doc, views, owners)
+	moves, err := planMoves(doc, views, owners)
+	if err != nil {
+		return applyPlan{}, err
+	}
+	plan := applyPlan{Moves: moves}
+	if !needJoin(views, moves) {
+		return plan, nil
+	}
+	// Join's epoch must be above every node's too.
+	for _, v := range views {
+		if v.State.Epoch >= doc.Epoch-1 {
+			return applyPlan{}, fmt.Errorf("node %s is at epoch %d: write the document with an epoch above %d (new nodes join at the epoch below the document's)",
+				v.Node.Addr(), v.State.Epoch, v.State.Epoch+1)
+		}
+	}
+	if plan.Join, err = joinTopology(doc, views, owners); err != nil {
+		return applyPlan{}, err
+	}
+	return plan, nil
+}
+
+// needJoin reports whether a move's source or destination lacks its peer as
+// a primary in its own topology.
+func needJoin(views []nodeView, moves []slotMove) bool {
+	top := make(map[string]*cluster.Topology, len(views))
+	for _, v := range views {
+		top[v.State.ID] = v.State.Topology
+	}
+	knows := func(who, peer string) bool {
+		t := top[who]
+		return t != nil && t.IsPrimary(peer)
+	}
+	for _, m := range moves {
+		if !knows(m.Src.ID, m.Dst.ID) || !knows(m.Dst.ID, m.Src.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// joinTopology is the current ownership as a document naming every node
+// the document names plus every current owner, at doc.Epoch-1: doc's shards
+// with the slots their primaries own now, then a shard per current owner
+// doc does not have as a primary (doc's replicas that are such an owner are
+// left out of their shard).
+func joinTopology(doc *cluster.Topology, views []nodeView, owners [cluster.SlotCount]int) (*cluster.Topology, error) {
+	owned := make(map[string]*[cluster.SlotCount]bool)
+	var extra []cluster.Node
+	for slot, o := range owners {
+		if o < 0 {
+			continue
+		}
+		id := views[o].State.ID
+		if owned[id] == nil {
+			owned[id] = new([cluster.SlotCount]bool)
+			if !doc.IsPrimary(id) {
+				extra = append(extra, views[o].Node)
+			}
+		}
+		owned[id][slot] = true
+	}
+	slotsOf := func(id string) [][2]int {
+		if owned[id] == nil {
+			return [][2]int{}
+		}
+		return rangesOfSet(owned[id])
+	}
+	j := &cluster.Topology{Epoch: doc.Epoch - 1}
+	for _, s := range doc.Shards {
+		sh := cluster.Shard{Slots: slotsOf(s.Primary.ID), Primary: s.Primary, Replicas: []cluster.Node{}}
+		for _, r := range s.Replicas {
+			if owned[r.ID] == nil {
+				sh.Replicas = append(sh.Replicas, r)
+			}
+		}
+		j.Shards = append(j.Shards, sh)
+	}
+	for _, n := range extra {
+		j.Shards = append(j.Shards, cluster.Shard{Slots: slotsOf(n.ID), Primary: n, Replicas: []cluster.Node{}})
+	}
+	if err := j.Validate(); err != nil {
+		return nil, fmt.Errorf("cannot build the topology that adds the new nodes: %v", err)
+	}
+	return j, nil
 }
 
 func sortedSlots(m map[int]string) []int {
@@ -568,10 +664,16 @@ func (a *applier) run() int {
 	if !ok {
 		return 1
 	}
-	moves, err := planApply(a.doc, views)
+	plan, err := planApply(a.doc, views)
 	if err != nil {
 		return a.fail("%v; nothing was changed", err)
 	}
+	if plan.Join != nil {
+		if code := a.join(views, plan.Join); code != 0 {
+			return code
+		}
+	}
+	moves := plan.Moves
 	if code := a.open(moves); code != 0 {
 		return code
 	}
@@ -600,6 +702,41 @@ func (a *applier) run() int {
 	}
 	for _, l := range orphanLines {
 		fmt.Fprintln(a.stdout, l)
+	}
+	return 0
+}
+
+// join sends j (the current ownership, naming every node) to every node
+// below its epoch, so that sources and destinations know each other.
+func (a *applier) join(views []nodeView, j *cluster.Topology) int {
+	payload, err := j.Marshal()
+	if err == nil {
+		var b bytes.Buffer
+		if err = json.Compact(&b, payload); err == nil {
+			payload = b.Bytes()
+		}
+	}
+	if err != nil { // cannot happen: planApply validated it
+		return a.fail("%v", err)
+	}
+	results := make([]error, len(views))
+	var wg sync.WaitGroup
+	for i, v := range views {
+		if v.State.Epoch >= j.Epoch {
+			continue
+		}
+		wg.Go(func() { results[i] = a.auth.ok(v.Node.Addr(), "CLUSTER", "SETTOPOLOGY", string(payload)) })
+	}
+	wg.Wait()
+	failed := 0
+	for i, err := range results {
+		if err != nil {
+			failed++
+			a.nodeLine(views[i].Node, fmt.Sprintf("CLUSTER SETTOPOLOGY (epoch %d, adding the new nodes)", j.Epoch), err)
+		}
+	}
+	if failed > 0 {
+		return a.fail("%d of %d nodes did not accept epoch %d, which adds the new nodes with no slots; no keys were moved", failed, len(views), j.Epoch)
 	}
 	return 0
 }
