@@ -1,9 +1,10 @@
 package main
 
-// The planning half of `cellserver cluster apply`: what the nodes say
-// (CLUSTER GETSTATE), who owns each slot now, which slots must move where,
-// and whether the document may be applied at all. Nothing here does I/O; the
-// driver in clustercli.go feeds it parsed states and carries out the plan.
+// `cellserver cluster apply`, after its flags (clustercli.go). First the
+// plan, pure functions of parsed CLUSTER GETSTATE replies: who owns each
+// slot now, which slots must move where, and whether the document may be
+// applied at all (planApply). Then the applier, which asks every node,
+// plans, and carries the plan out: join, open, move, flip, orphans, verify.
 
 import (
 	"bytes"
