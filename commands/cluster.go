@@ -116,7 +116,7 @@ func (s *Server) route(cmd *Command, args [][]byte) string {
 	// the requests of most such commands run key by key (Redis's TRYAGAIN,
 	// which cluster clients retry). CL.LIMIT's keys are one request: the
 	// shard checks them together (store's gate).
-	if len(keys) > 1 && cmd.Call == nil {
+	if len(keys) > 1 && cmd.Name != "cl.limit" {
 		if ns := s.nstate.Load(); ns.Open() {
 			slot := cluster.KeySlot(keys[0])
 			if ns.Migrating[slot] != "" || ns.Importing[slot] != "" {
@@ -592,9 +592,14 @@ func clusterImportState(c *Client, w *Out, args [][]byte) {
 	for i := range states {
 		r := &reqs[i]
 		r.Key, r.State, r.Expires = rest[3*i], states[i], exps[i]
-		c.QueueTo(c.srv.st.ShardOf(r.Key), r)
+		queue(c, r)
 	}
+	reqs0 := c.queued
 	c.runNow()
+	if e := c.srv.statusError(reqs0); e != "" {
+		w.WriteError(e) // a slot this node does not serve (MOVED, ASK)
+		return
+	}
 	var n int64
 	for i := range reqs {
 		if reqs[i].Applied {

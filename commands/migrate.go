@@ -172,13 +172,17 @@ func (s *Server) redirect(r *store.Redirect) string {
 // consumeAsking gives the command its client's ASKING: the flag lasts for
 // one command, or inside MULTI until EXEC (Redis's resetClient).
 func (c *Client) consumeAsking(cmd *Command) {
-	if cmd.Name == "asking" || c.sess.Holding() {
+	name := ""
+	if cmd != nil {
+		name = cmd.Name
+	}
+	if name == "asking" || c.sess.Holding() {
 		return // EXEC's commands run with the ASKING EXEC had
 	}
 	asking := c.asking
 	// Redis clears it after the command unless the client is then inside
 	// MULTI: MULTI and the commands it queues keep it, EXEC ends it.
-	if (!c.inMulti() && cmd.Name != "multi") || cmd.Name == "exec" || cmd.Name == "discard" {
+	if (!c.inMulti() && name != "multi") || name == "exec" || name == "discard" {
 		c.asking = false
 	}
 	c.sess.SetAsking(asking)
@@ -249,6 +253,43 @@ func (s *Server) openSlot(ns *cluster.NodeState, slot int, action, id string) st
 	return ""
 }
 
+// movedAway refuses to close (STABLE) the slots of slots that migrate
+// from this node while their target holds keys of them: those keys moved
+// here from there, or were made there after an ASK, and closing would make
+// this node serve them afresh. It asks each target (CLUSTER
+// COUNTKEYSINSLOT); a target it cannot ask refuses too. "" if none.
+func (s *Server) movedAway(ns *cluster.NodeState, slots []int) string {
+	byPeer := map[string][]int{}
+	for _, slot := range slots {
+		if id := ns.Migrating[slot]; id != "" {
+			byPeer[id] = append(byPeer[id], slot)
+		}
+	}
+	for id, list := range byPeer {
+		n, _, _, ok := ns.Topology.Node(id)
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		pipe := s.peer(n.Addr(), s.defaultPeerAuth(), 5*time.Second).Pipeline()
+		cmds := make([]*redis.IntCmd, len(list))
+		for i, slot := range list {
+			cmds[i] = pipe.ClusterCountKeysInSlot(ctx, slot)
+		}
+		_, err := pipe.Exec(ctx)
+		cancel()
+		if err != nil {
+			return "ERR cannot ask " + n.Addr() + " whether it holds keys of the slot: " + oneLine(err.Error()) + "; the slot stays open"
+		}
+		for i, cmd := range cmds {
+			if cmd.Val() > 0 {
+				return fmt.Sprintf("ERR slot %d has %d keys on %s: finish the move (SETSLOT NODE, or cellserver cluster apply) or move them back first", list[i], cmd.Val(), n.Addr())
+			}
+		}
+	}
+	return ""
+}
+
 // CLUSTER SETSLOT <slot> IMPORTING <id> | MIGRATING <id> | STABLE | NODE <id>
 func clusterSetSlot(c *Client, w *Out, args [][]byte) {
 	if !clusterYes(c, w, "SETSLOT") {
@@ -306,6 +347,11 @@ func clusterSetSlot(c *Client, w *Out, args [][]byte) {
 	} else if e := s.openSlot(ns, slot, action, id); e != "" {
 		w.WriteError(e)
 		return
+	} else if action == "stable" {
+		if e := s.movedAway(cur, []int{slot}); e != "" {
+			w.WriteError(e)
+			return
+		}
 	}
 	if e := s.commitState(c, ns); e != "" {
 		w.WriteError(e)
@@ -345,8 +391,16 @@ func clusterSetSlotRange(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	ns := cur.Clone()
+	var slots []int
 	for slot := lo; slot <= hi; slot++ {
 		if e := s.openSlot(ns, slot, action, id); e != "" {
+			w.WriteError(e)
+			return
+		}
+		slots = append(slots, slot)
+	}
+	if action == "stable" {
+		if e := s.movedAway(cur, slots); e != "" {
 			w.WriteError(e)
 			return
 		}
@@ -455,13 +509,13 @@ func (e errTarget) Error() string { return e.msg }
 // serves anything again (so no ASK for a dropped key can be answered
 // before the drop is on disk). On any failure nothing is dropped. It
 // returns the keys moved and the scan's next position (0: the end).
-func (s *Server) moveBatch(c *Client, shard int, names [][]byte, in func(int) bool, cursor uint32,
+func (s *Server) moveBatch(c *Client, shard int, names [][]byte, in func(int) bool, gate uint8, cursor uint32,
 	dst cluster.Node, a peerAuth, timeout time.Duration) (moved int, next uint32, err error) {
 	sess := c.sess
 	sess.Run()
 	sess.Hold([]int{shard})
 	defer sess.Release()
-	ex := store.ExportReq{Keys: names, In: in, Max: migrateBatch, Cursor: cursor}
+	ex := store.ExportReq{Keys: names, In: in, Max: migrateBatch, Cursor: cursor, Gated: names == nil, Gate: gate}
 	sess.AddTo(shard, &ex)
 	if err := ex.Status(); err != nil {
 		return 0, 0, errTarget{s.storeStatusText(err)}
@@ -470,7 +524,11 @@ func (s *Server) moveBatch(c *Client, shard int, names [][]byte, in func(int) bo
 		return 0, ex.Next, nil
 	}
 	args := make([]any, 0, 4+3*len(ex.Entries))
-	args = append(args, "CLUSTER", "MIGRATESTATE", s.myID, importVersion)
+	// The target refuses the batch after its deadline: once this side
+	// stopped waiting (2×timeout) a late copy must not replace what the
+	// target has served since a later batch moved the same keys.
+	deadline := time.Now().Add(timeout).UnixMilli()
+	args = append(args, "CLUSTER", "MIGRATESTATE", s.myID, importVersion, strconv.FormatInt(deadline, 10))
 	keys := make([][]byte, len(ex.Entries))
 	for i, e := range ex.Entries {
 		args = append(args, e.Key, e.State, strconv.FormatInt(e.Expires, 10))
@@ -605,7 +663,7 @@ func migrateCmd(c *Client, w *Out, args [][]byte) {
 	}
 	s.mig.mu.Lock()
 	defer s.mig.mu.Unlock()
-	n, _, err := s.moveBatch(c, s.st.ShardOfSlot(slot), keys, nil, 0, dst, a, timeout)
+	n, _, err := s.moveBatch(c, s.st.ShardOfSlot(slot), keys, nil, 0, 0, dst, a, timeout)
 	switch {
 	case err != nil:
 		w.WriteError(migrateErr(err))
@@ -671,7 +729,9 @@ func clusterMoveKeys(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	in := func(slot int) bool { return ns.Migrating[slot] == id }
+	gate := store.SlotMigrating
 	if orphans {
+		gate = store.SlotNotOwned
 		in = func(slot int) bool {
 			owner, _ := ns.Topology.PrimaryOf(slot)
 			return owner == id && ns.Importing[slot] == ""
@@ -687,7 +747,7 @@ func clusterMoveKeys(c *Client, w *Out, args [][]byte) {
 		for {
 			passMoved := 0
 			for cursor := uint32(0); ; {
-				n, next, err := s.moveBatch(c, shard, nil, in, cursor, dst, s.defaultPeerAuth(), timeout)
+				n, next, err := s.moveBatch(c, shard, nil, in, gate, cursor, dst, s.defaultPeerAuth(), timeout)
 				total += n
 				passMoved += n
 				if err != nil {
@@ -729,7 +789,12 @@ func clusterMigrateState(c *Client, w *Out, args [][]byte) {
 		w.WriteError("ERR unsupported MIGRATESTATE version '" + trunc(cstr(args[3]), 32) + "'")
 		return
 	}
-	rest := args[4:]
+	deadline, ok := limit.ParseRedisInt(args[4])
+	if !ok {
+		w.WriteError(ErrNotInteger)
+		return
+	}
+	rest := args[5:]
 	if len(rest)%3 != 0 {
 		w.WriteError(wrongArity("cluster|migratestate"))
 		return
@@ -779,14 +844,30 @@ func clusterMigrateState(c *Client, w *Out, args [][]byte) {
 	sess := c.sess
 	sess.Run()
 	sess.Hold(shards)
+	if time.Now().UnixMilli() > deadline {
+		sess.Release()
+		w.WriteError("ERR the batch arrived after its deadline (the source stopped waiting for it)")
+		return
+	}
 	var applied int64
 	for _, sh := range shards {
 		for _, r := range []*store.RestoreReq{&replace[sh], &merge[sh]} {
 			if len(r.Entries) > 0 {
 				sess.AddTo(sh, r)
-				if err := r.Status(); err != nil {
+				if err := r.Status(); err != nil || r.Refused >= 0 {
+					// A refused request changed nothing; those before it
+					// in this batch did, and stay (the source keeps its
+					// copies: a retry replaces or merges them again).
+					err2 := sess.SyncHeld()
 					sess.Release()
-					w.WriteError(s.storeStatusText(err))
+					switch {
+					case err != nil:
+						w.WriteError(s.storeStatusText(err))
+					case err2 != nil:
+						w.WriteError("ERR the moved keys are not on disk: " + oneLine(err2.Error()))
+					default:
+						w.WriteError(s.redirect(&store.Redirect{Kind: store.Moved, Slot: r.Refused}))
+					}
 					return
 				}
 				applied += int64(len(r.Entries))

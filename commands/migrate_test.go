@@ -2,6 +2,7 @@ package commands
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -88,8 +89,12 @@ func TestMigratingSlotServesWhatItHolds(t *testing.T) {
 	assert.Equal(t, "-"+ErrTryAgain+"\r\n", h.do([]string{"DEL", held, gone}))
 	assert.Equal(t, fmt.Sprintf("-"+errHoldsKeys+"\r\n", 5), h.do([]string{"CLUSTER", "SETSLOT", "5", "NODE", other}))
 	assert.Contains(t, h.do([]string{"INFO", "cluster"}), "cluster_ask_replies:2\r\ncluster_tryagain_replies:1\r\ncluster_migrating_slots:1\r\n")
-	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "5", "STABLE"}))
-	assert.Equal(t, "*5\r\n:0\r\n", h.do([]string{"CL.THROTTLE", gone, "5", "1", "60"})[:8], "stable again: served here")
+	// Closing the move here needs the target to hold none of the slot's
+	// keys (else they would start afresh here); a target it cannot ask
+	// refuses too.
+	assert.Equal(t, "-ERR cannot ask 127.0.0.1:7002 whether it holds keys of the slot: dial tcp 127.0.0.1:7002: connect: connection refused; the slot stays open\r\n",
+		h.do([]string{"CLUSTER", "SETSLOT", "5", "STABLE"}))
+	assert.Equal(t, "-ASK 5 127.0.0.1:7002\r\n", h.do([]string{"GET", gone}), "still open")
 }
 
 // TestImportingSlotNeedsAsking: a slot importing here is served only to the
@@ -136,4 +141,44 @@ func TestSetTopologyRefusesToDropKeys(t *testing.T) {
 	assert.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
 	assert.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}), "the same document again")
 	assert.Equal(t, "-MOVED 100 127.0.0.1:7002\r\n", h.do([]string{"GET", k}))
+}
+
+// TestOpenSlotTransactionsAndAsking: the review's cases. EXEC on the old
+// owner checks the transaction's keys together (all here → runs; none →
+// ASK; some → TRYAGAIN, nothing run); a refused command consumes ASKING,
+// and an ASKING run by EXEC ends with it; slot-moving commands are refused
+// inside MULTI; CL.RESET of several keys in an open slot gets TRYAGAIN.
+func TestOpenSlotTransactionsAndAsking(t *testing.T) {
+	h, _, other := twoNodes(t)
+	tag := keyOfSlot(t, "t", 77)
+	hk, gk := "{"+tag+"}h", "{"+tag+"}g"
+	slot := 77
+	h.do([]string{"CL.THROTTLE", hk, "5", "1", "60"})
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", strconv.Itoa(slot), "MIGRATING", other}))
+	tx := func(keys ...string) string {
+		cmds := [][]string{{"MULTI"}}
+		for _, k := range keys {
+			cmds = append(cmds, []string{"CL.THROTTLE", k, "5", "1", "60"})
+		}
+		out := h.do(append(cmds, []string{"EXEC"})...)
+		return out[strings.LastIndex(out, "QUEUED\r\n")+8:]
+	}
+	assert.Equal(t, "-"+ErrTryAgain+"\r\n", tx(hk, gk))
+	assert.Equal(t, fmt.Sprintf("-ASK %d 127.0.0.1:7002\r\n", slot), tx(gk, "{"+tag+"}x"))
+	assert.True(t, strings.HasPrefix(tx(hk), "*1\r\n*5\r\n:0\r\n"), "all here: runs")
+	th := h.do([]string{"CL.THROTTLE", hk, "5", "1", "60"})
+	assert.Contains(t, th, ":6\r\n:3\r\n", "the refused transactions charged nothing: 6 - 3 calls")
+
+	assert.Equal(t, "-"+ErrTryAgain+"\r\n", h.do([]string{"CL.RESET", hk, gk}))
+	assert.Equal(t, "+OK\r\n-ERR Command not allowed inside a transaction\r\n",
+		h.do([]string{"MULTI"}, []string{"CLUSTER", "SETSLOT", "1", "STABLE"}))
+	h.do([]string{"DISCARD"})
+
+	in := keyOfSlot(t, "in", 9000)
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "9000", "IMPORTING", other}))
+	moved := "-MOVED 9000 127.0.0.1:7002\r\n"
+	out := h.do([]string{"ASKING"}, []string{"GET"}, []string{"GET", in})
+	assert.True(t, strings.HasSuffix(out, moved), "a refused command consumed ASKING: %q", out)
+	out = h.do([]string{"MULTI"}, []string{"ASKING"}, []string{"EXEC"}, []string{"GET", in})
+	assert.True(t, strings.HasSuffix(out, moved), "ASKING run by EXEC ends with it: %q", out)
 }

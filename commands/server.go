@@ -612,6 +612,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	cmd := c.lastLook
 	if cmd == nil || !bytes.Equal(args[0], c.lastName) {
 		if cmd = s.table.Lookup(args[0]); cmd == nil {
+			if c.asking || c.sess.Asking() {
+				c.consumeAsking(nil)
+			}
 			c.errSlot(unknownCommand(args))
 			return
 		}
@@ -631,6 +634,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 			return
 		}
 		cmd = sub
+	}
+	if c.asking || c.sess.Asking() {
+		c.consumeAsking(cmd) // before any refusal: a refused command consumes it too
 	}
 	if !arityOK(cmd.Arity, len(args)) {
 		c.reject(cmd, wrongArity(cmd.Name))
@@ -653,9 +659,6 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if cmd.FirstKey > 0 && s.cfg.MaxKeyBytes > 0 && s.keyTooLong(cmd, args) {
 		c.reject(cmd, ErrKeyTooLong)
 		return
-	}
-	if c.asking || c.sess.Asking() {
-		c.consumeAsking(cmd)
 	}
 	if cmd.FirstKey > 0 && s.clusterOn() {
 		if e := s.route(cmd, args); e != "" {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -123,9 +124,10 @@ func (s *Server) txQueued(c *Client, cmd *Command, args [][]byte, out *Out) bool
 		return false
 	}
 	tx := c.tx
-	if cmd.Name == "cluster|settopology" {
-		// It waits on other nodes, which may be pushing state to this one:
-		// under EXEC's hold of every shard, the two would wait on each other.
+	if cmd.admin && cmd.Slow && (cmd.Group == "cluster" || strings.HasPrefix(cmd.Name, "cluster|") || cmd.Name == "migrate") {
+		// They hold shards themselves, or wait on other nodes, which may
+		// be moving keys to this one: under EXEC's hold of every shard,
+		// the two would wait on each other.
 		c.reject(cmd, ErrNotInMulti)
 		return true
 	}
@@ -354,7 +356,8 @@ func execCmd(c *Client, w *Out, _ [][]byte) {
 		tx.bytes = 0
 	}()
 	sess := c.sess
-	defer c.payAuthPause() // after Release: defers run last first
+	defer func() { c.asking = false }() // an ASKING it ran lasts no longer than EXEC
+	defer c.payAuthPause()              // after Release: defers run last first
 	sess.Hold(s.txShards(tx, cmds))
 	defer sess.Release() // also if a command panics: the shards must go
 	// A watched key that expired since WATCH changed (Redis 7): looking
@@ -366,6 +369,10 @@ func execCmd(c *Client, w *Out, _ [][]byte) {
 	c.unwatch(sess)
 	if aborted {
 		w.WriteNullArray()
+		return
+	}
+	if e := s.txOpenSlot(c, cmds); e != "" {
+		w.WriteError(e) // nothing ran, as Redis's EXEC in a slot being moved
 		return
 	}
 	w.WriteArray(len(cmds))
@@ -472,4 +479,41 @@ func cmdKeys(cmd *Command, args [][]byte, dst [][]byte) [][]byte {
 		dst = append(dst, args[i])
 	}
 	return dst
+}
+
+// txOpenSlot is Redis's check of a transaction's keys in a slot being
+// moved, made under EXEC's hold so that no key moves meanwhile: on the
+// slot's old owner, all of them here → run; none → ASK (the client runs
+// the transaction on the new owner); some → TRYAGAIN. "" to run.
+func (s *Server) txOpenSlot(c *Client, cmds []txCmd) string {
+	if !s.clusterOn() {
+		return ""
+	}
+	ns := s.nstate.Load()
+	if !ns.Open() {
+		return ""
+	}
+	var keys [][]byte
+	for i := range cmds {
+		keys = cmdKeys(cmds[i].cmd, cmds[i].args, keys)
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	slot := cluster.KeySlot(keys[0])
+	if ns.Migrating[slot] == "" {
+		return ""
+	}
+	r := &store.PresentReq{Keys: keys}
+	c.sess.AddTo(s.st.ShardOfSlot(slot), r)
+	switch {
+	case r.Status() != nil:
+		return s.storeStatusText(r.Status())
+	case r.Present == r.Distinct:
+		return ""
+	case r.Present == 0:
+		return s.redirect(&store.Redirect{Kind: store.Ask, Slot: slot})
+	}
+	s.mig.tryAgain.Add(1)
+	return ErrTryAgain
 }

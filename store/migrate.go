@@ -198,8 +198,12 @@ func (r *SlotKeyCountReq) run(sh *shard, now int64) {
 // with DropKeysReq before letting the shard go.
 type ExportReq struct {
 	envelope
-	Keys    [][]byte
-	In      func(slot int) bool
+	Keys [][]byte
+	In   func(slot int) bool
+	// Gated: scan only slots whose gate is Gate, as the shard sees it now
+	// (a slot closed while a move runs is not exported any more).
+	Gated   bool
+	Gate    uint8
 	Max     int
 	Cursor  uint32
 	Entries []Entry // out
@@ -222,8 +226,11 @@ func (r *ExportReq) run(sh *shard, now int64) {
 	}
 	i := r.Cursor
 	for ; i < sh.t.nent && len(r.Entries) < r.Max; i++ {
-		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && r.In(cluster.KeySlot(sh.t.keyOf(e))) {
-			add(e)
+		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs {
+			slot := cluster.KeySlot(sh.t.keyOf(e))
+			if r.In(slot) && (!r.Gated || sh.gate == nil || sh.gate[slot-sh.slotLo] == r.Gate) {
+				add(e)
+			}
 		}
 	}
 	if i < sh.t.nent {
@@ -263,10 +270,25 @@ type RestoreReq struct {
 	Entries []Entry
 	Replace bool
 	Applied int64 // out: keys changed
+	// Refused (out) is a slot whose gate does not allow the restore, or
+	// -1: a replace needs SlotImporting, a merge SlotOwned or
+	// SlotMigrating (decided here, when it runs, so that a slot closed
+	// meanwhile takes nothing). A refused request changes nothing.
+	Refused int
 }
 
 func (r *RestoreReq) run(sh *shard, now int64) {
-	r.Applied = 0
+	r.Applied, r.Refused = 0, -1
+	if sh.gate != nil {
+		for _, en := range r.Entries {
+			slot := cluster.KeySlot(en.Key)
+			g := sh.gate[slot-sh.slotLo]
+			if (r.Replace && g != SlotImporting) || (!r.Replace && g != SlotOwned && g != SlotMigrating) {
+				r.Refused = slot
+				return
+			}
+		}
+	}
 	nowMs := floorMs(now)
 	for _, en := range r.Entries {
 		if !r.Replace {
@@ -331,5 +353,36 @@ func (s *Store) InitGate(states *[cluster.SlotCount]uint8) {
 	for _, sh := range s.shards {
 		sh.gate = make([]uint8, sh.slotHi-sh.slotLo)
 		copy(sh.gate, states[sh.slotLo:sh.slotHi])
+	}
+}
+
+// PresentReq counts which of Keys (of one shard) are here and live, for a
+// transaction's check in a slot being moved (its requests are not gated:
+// the caller decides from the count). Repeated keys count once.
+type PresentReq struct {
+	envelope
+	Keys     [][]byte
+	Present  int // out
+	Distinct int // out
+}
+
+func (r *PresentReq) run(sh *shard, now int64) {
+	r.Present, r.Distinct = 0, 0
+	nowMs := floorMs(now)
+	for i, k := range r.Keys {
+		dup := false
+		for _, p := range r.Keys[:i] {
+			if bytes.Equal(p, k) {
+				dup = true
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		r.Distinct++
+		if sh.find(k, sh.t.hash(k), nowMs) >= 0 {
+			r.Present++
+		}
 	}
 }

@@ -102,6 +102,10 @@ type ImportReq struct {
 	Err     error  // out: the local or the moved state does not decode
 }
 
+// route makes an import a keyed request: the gate checks it as any request
+// on the key (a slot being moved takes it only where the key is served).
+func (r *ImportReq) route() *envelope { return r.addressed(r, r.Key) }
+
 func (r *ImportReq) run(sh *shard, now int64) {
 	r.Applied, r.Err = false, nil
 	nowMs := floorMs(now)
