@@ -790,7 +790,7 @@ func mvKillMidMove(t *testing.T, killOld bool) {
 
 		nodes[victim] = clStartOnPort(t, nodes[victim].Port, args(victim)...)
 		cs[victim] = nodes[victim].Client(t)
-		require.NoError(t, src.Do(ctx, "DEBUG", "MIGRATE-DELAY", 0).Err())
+		require.NoError(t, cs[m.from].Do(ctx, "DEBUG", "MIGRATE-DELAY", 0).Err())
 		st := mvGetState(t, cs[victim])
 		t.Logf("node %d after restart: epoch %d, %d migrating, %d importing, %d orphans", victim+1, st.Epoch, len(st.Migrating), len(st.Importing), st.Orphans)
 		out := mvApplyOK(t, next)
@@ -1033,15 +1033,16 @@ func TestClusterRedisCLIReshard(t *testing.T) {
 		require.NoError(t, cs[0].Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[1]).Err())
 		out, errOut, code := clRun(t, 30*time.Second, "", cli, "--cluster", "check", nodes[0].Addr)
 		assert.Equal(t, 1, code, "check with an open slot: stdout:\n%s\nstderr:\n%s", out, errOut)
-		assert.Contains(t, out, "has slots in migrating state "+strconv.Itoa(slot))
-		assert.Contains(t, out, "has slots in importing state "+strconv.Itoa(slot))
-		assert.Contains(t, out, "[WARNING] The following slots are open: "+strconv.Itoa(slot))
+		assert.Contains(t, out, "has slots in migrating state "+strconv.Itoa(slot)+".")
+		assert.Contains(t, out, "has slots in importing state "+strconv.Itoa(slot)+".")
+		assert.Contains(t, out, "[WARNING] The following slots are open: "+strconv.Itoa(slot)+".")
 
 		out = mvRunCLI(t, cli, "--cluster", "fix", nodes[0].Addr, "--cluster-yes")
 		t.Logf("redis-cli --cluster fix:\n%s", mvTail(out))
 		mvCheckCluster(t, cli, nodes)
 		mvNoOpenSlots(t, cs)
 		own = mvAgreedOwners(t, cs)
+		assert.Equal(t, ids[1], own[slot], "fix completes the move of slot %d to the importing node 2", slot)
 		mvNoOrphans(t, cs, mvDoc(doc, 0, own))
 		for _, k := range bySlot[slot] {
 			r, err := clThrottle(ctx, rdb, k, mvBurst, mvCount, mvPeriod)
