@@ -44,7 +44,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -535,39 +534,10 @@ func Load(path string) (*Topology, error) {
 // in the same directory is written and fsynced, renamed over path, and the
 // directory is fsynced, so after a crash path holds either the old or the new
 // topology, never a mix. An invalid topology is refused.
-func (t *Topology) Save(path string) (err error) {
+func (t *Topology) Save(path string) error {
 	data, err := t.Marshal()
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return writeFileAtomic(path, data)
 }

@@ -1,15 +1,12 @@
 package commands
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/bits"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/gcra"
@@ -63,18 +60,29 @@ func (s *Server) initCluster() error {
 		}
 		s.topo.Store(t)
 	case ClusterYes:
+		ns := &cluster.NodeState{Migrating: map[int]string{}, Importing: map[int]string{}}
 		if cc.TopologyPath != "" {
-			t, err := cluster.Load(cc.TopologyPath)
+			loaded, err := cluster.LoadNodeState(cc.TopologyPath)
 			if err != nil {
-				return fmt.Errorf("cluster: loading topology %s: %w", cc.TopologyPath, err)
+				return fmt.Errorf("cluster: loading the cluster state %s: %w", cc.TopologyPath, err)
 			}
-			if t != nil {
-				s.topo.Store(t)
-				if _, _, _, ok := t.Node(s.myID); !ok {
-					s.log.Warn("this node is not in the saved topology: it owns no slots", "id", s.myID)
-				}
+			if loaded != nil {
+				ns = loaded
 			}
 		}
+		if t := ns.Topology; t != nil {
+			if _, _, _, ok := t.Node(s.myID); !ok {
+				s.log.Warn("this node is not in the saved topology: it owns no slots", "id", s.myID)
+			}
+		}
+		if ns.Open() {
+			s.log.Warn("cluster: slot moves were in progress: this node serves by them (run `cellserver cluster apply` again, or redis-cli --cluster fix, to finish)",
+				"migrating", len(ns.Migrating), "importing", len(ns.Importing))
+		}
+		s.nstate.Store(ns)
+		s.topo.Store(ns.Topology)
+		// Before the wire layer serves: no request runs yet.
+		s.st.InitGate(s.gateOf(ns))
 	default:
 		return fmt.Errorf("cluster mode must be no, emulated or yes, got %q", cc.Mode)
 	}
@@ -101,7 +109,23 @@ func (s *Server) route(cmd *Command, args [][]byte) string {
 			keys = append(keys, args[i])
 		}
 	}
-	return s.refusal(s.svc.Route(keys))
+	if e := s.refusal(s.svc.Route(keys)); e != "" {
+		return e
+	}
+	// Several keys in a slot being moved: some may have moved already, and
+	// the requests of most such commands run key by key (Redis's TRYAGAIN,
+	// which cluster clients retry). CL.LIMIT's keys are one request: the
+	// shard checks them together (store's gate).
+	if len(keys) > 1 && cmd.Call == nil {
+		if ns := s.nstate.Load(); ns.Open() {
+			slot := cluster.KeySlot(keys[0])
+			if ns.Migrating[slot] != "" || ns.Importing[slot] != "" {
+				s.mig.tryAgain.Add(1)
+				return ErrTryAgain
+			}
+		}
+	}
+	return ""
 }
 
 // Locate is service.Slots: where the topology says slot is served. In the
@@ -141,6 +165,11 @@ func registerCluster(t Table) {
 				sub("countkeysinslot", 3, clusterCountKeys, "Returns the number of keys in a hash slot.", "loading", "stale"),
 				sub("getkeysinslot", 4, clusterGetKeys, "Returns the key names in a hash slot.", "loading", "stale"),
 				slow(sub("settopology", 3, clusterSetTopology, "cellserver: applies a versioned topology document (JSON).", "admin")),
+				slow(sub("setslot", -4, clusterSetSlot, "Binds a hash slot to a node.", "admin")),
+				slow(sub("setslotrange", -5, clusterSetSlotRange, "cellserver: CLUSTER SETSLOT IMPORTING|MIGRATING|STABLE over a range of slots.", "admin")),
+				slow(sub("getstate", 2, clusterGetState, "cellserver: the node's topology and slot moves, as JSON.", "admin")),
+				slow(sub("movekeys", -4, clusterMoveKeys, "cellserver: moves the keys of the slots migrating to a node.", "admin")),
+				slow(sub("migratestate", -5, clusterMigrateState, "cellserver: stores keys a slot move brings (node to node).", "admin", "write")),
 				sub("importstate", -5, clusterImportState, "cellserver: merges limiter state of keys moved from another node.", "admin", "write"),
 				sub("help", 2, clusterHelp, "Returns helpful text about the different subcommands.", "loading", "stale"),
 			}},
@@ -149,7 +178,9 @@ func registerCluster(t Table) {
 		&Command{Name: "readwrite", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "cluster",
 			Summary: "Enables read-write queries for a connection to a Redis Cluster replica node.", Since: "3.0.0", Run: clusterOK},
 		&Command{Name: "asking", Arity: 1, Flags: []string{"fast"}, Group: "cluster",
-			Summary: "Signals that a cluster client is following an -ASK redirect.", Since: "3.0.0", Run: clusterOK},
+			Summary: "Signals that a cluster client is following an -ASK redirect.", Since: "3.0.0", Run: askingCmd},
+		slow(&Command{Name: "migrate", Arity: -6, Flags: []string{"admin"}, Group: "generic",
+			Summary: "Atomically transfers a key from one Redis instance to another.", Since: "2.6.0", Run: migrateCmd}),
 	)
 }
 
@@ -162,8 +193,7 @@ func clusterGuard(c *Client, w *Out) bool {
 	return true
 }
 
-// READONLY | READWRITE | ASKING: accepted; there are no replicas or
-// migrations to redirect to yet.
+// READONLY | READWRITE: accepted; there are no replicas to read from.
 func clusterOK(c *Client, w *Out, _ [][]byte) {
 	if clusterGuard(c, w) {
 		w.WriteOK()
@@ -316,6 +346,17 @@ func clusterNodes(c *Client, w *Out, _ [][]byte) {
 					}
 				}
 			}
+			if n.ID == s.myID {
+				// Open slots, on the myself line only, as Redis and
+				// redis-cli --cluster write and read them.
+				ns := s.nodeState()
+				for _, e := range cluster.Sorted(ns.Migrating) {
+					fmt.Fprintf(&b, " [%d->-%s]", e.Slot, e.Peer)
+				}
+				for _, e := range cluster.Sorted(ns.Importing) {
+					fmt.Fprintf(&b, " [%d-<-%s]", e.Slot, e.Peer)
+				}
+			}
 			b.WriteByte('\n')
 		}
 	}
@@ -435,18 +476,19 @@ func clusterGetKeys(c *Client, w *Out, args [][]byte) {
 	r.Keys = nil
 }
 
-// CLUSTER SETTOPOLOGY <json>: validates the document, refuses an epoch that
-// is not newer, saves it, switches to it atomically, then sends the state of
-// keys in slots this node no longer owns to their new owners and drops them.
+// CLUSTER SETTOPOLOGY <json>: validates the document and makes it the
+// node's topology if its epoch is newer (or equal, with the same layout: a
+// re-run of `cellserver cluster apply` succeeds). It moves no keys: a slot
+// this node loses must hold none (their move, CLUSTER MOVEKEYS, comes
+// first), else it refuses with Redis's SETSLOT NODE text and changes
+// nothing. Slot moves the document settles end (the importer now owns the
+// slot); the others stay open while they still make sense. The new state is
+// saved before anything serves by it.
 func clusterSetTopology(c *Client, w *Out, args [][]byte) {
-	if !clusterGuard(c, w) {
+	if !clusterYes(c, w, "SETTOPOLOGY") {
 		return
 	}
 	s := c.srv
-	if s.cfg.Cluster.Mode != ClusterYes {
-		w.WriteError("ERR CLUSTER SETTOPOLOGY needs --cluster yes (this node is emulating a one-node cluster)")
-		return
-	}
 	t, err := cluster.Parse(args[2])
 	if err != nil {
 		w.WriteError("ERR invalid topology: " + err.Error())
@@ -454,105 +496,36 @@ func clusterSetTopology(c *Client, w *Out, args [][]byte) {
 	}
 	s.topoMu.Lock()
 	defer s.topoMu.Unlock()
-	old := s.topo.Load()
+	cur := s.nodeState()
+	old := cur.Topology
+	if old != nil && t.Epoch == old.Epoch && t.SameLayout(old) {
+		w.WriteOK()
+		return
+	}
 	if old != nil && t.Epoch <= old.Epoch {
 		w.WriteError(fmt.Sprintf("ERR topology epoch %d is not newer than the current epoch %d", t.Epoch, old.Epoch))
 		return
 	}
-	if s.cfg.Cluster.TopologyPath != "" {
-		if err := t.Save(s.cfg.Cluster.TopologyPath); err != nil {
-			w.WriteError("ERR cannot save topology: " + err.Error())
-			return
+	ns := cur.Clone()
+	ns.Topology = t
+	for slot, peer := range cur.Migrating {
+		if owner, _ := t.PrimaryOf(slot); owner != s.myID || !t.IsPrimary(peer) {
+			delete(ns.Migrating, slot) // settled (the target owns it) or moot
 		}
 	}
-	s.topo.Store(t)
+	for slot, peer := range cur.Importing {
+		if owner, _ := t.PrimaryOf(slot); owner == s.myID || !t.IsPrimary(peer) {
+			delete(ns.Importing, slot)
+		}
+	}
+	if e := s.commitState(c, ns); e != "" {
+		w.WriteError(e)
+		return
+	}
 	lost, gained := old.Moves(t, s.myID)
 	s.log.Info("cluster topology applied", "epoch", t.Epoch, "owned_slots", cluster.Ranges(t.SlotsOf(s.myID)).String(),
 		"lost", cluster.Ranges(lost).String(), "gained", cluster.Ranges(gained).String())
-	if len(lost) > 0 {
-		var moving []store.Entry
-		for _, r := range everyShard(c, &c.reqs.dumpSlots, func(r *store.DumpSlotsReq) { r.Ranges = lost }) {
-			moving = append(moving, r.Entries...)
-			r.Entries, r.Ranges = nil, nil
-		}
-		var n int64
-		for _, r := range everyShard(c, &c.reqs.dropSlots, func(r *store.DropSlotsReq) { r.Ranges = lost }) {
-			n += r.Dropped
-			r.Ranges = nil
-		}
-		s.log.Info("dropped keys of slots moved away", "keys", n)
-		// Hand the state over before acknowledging, so that once every node
-		// has answered OK no moved key starts fresh on its new owner.
-		if len(moving) > 0 {
-			s.transfer(t, moving)
-		}
-	}
 	w.WriteOK()
-}
-
-// importChunk is how many keys one CLUSTER IMPORTSTATE carries.
-const importChunk = 1000
-
-// transfer sends the state of keys whose slots moved away to their new
-// owners, so clients get no fresh burst there. Each owner merges it keeping
-// the more restrictive state (CLUSTER IMPORTSTATE).
-func (s *Server) transfer(t *cluster.Topology, entries []store.Entry) {
-	byNode := map[string][]store.Entry{}
-	now := s.clock.Now()
-	left := 0
-	for _, e := range entries {
-		sh, ok := t.Owner(cluster.KeySlot(e.Key))
-		if !ok || t.Shards[sh].Primary.ID == s.myID {
-			continue
-		}
-		// A state the new owner would refuse would fail its whole chunk.
-		if checkImportState(e.State, e.Expires, now) != "" {
-			left++
-			continue
-		}
-		addr := t.Shards[sh].Primary.Addr()
-		byNode[addr] = append(byNode[addr], e)
-	}
-	if left > 0 {
-		s.log.Warn("cluster: keys whose state CLUSTER IMPORTSTATE refuses (wrapped TATs without expiry) were not moved; they start fresh on the new owner", "keys", left)
-	}
-	for addr, list := range byNode {
-		err := s.pushState(addr, list)
-		if err != nil {
-			s.log.Error("cluster: moving key state to the new owner failed; those keys start fresh there", "node", addr, "keys", len(list), "err", err)
-			continue
-		}
-		s.log.Info("cluster: moved key state to the new owner", "node", addr, "keys", len(list))
-	}
-}
-
-// pushState sends list to the node at addr with CLUSTER IMPORTSTATE, an
-// admin command: it logs in as admin when an admin password is set (every
-// node of a cluster shares it), else as the default user, which the peer
-// accepts only over loopback.
-func (s *Server) pushState(addr string, list []store.Entry) error {
-	opt := &redis.Options{Addr: addr, Password: s.cfg.RequirePass, Protocol: 2,
-		DisableIdentity: true, MaxRetries: 3, DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, PoolSize: 1}
-	if s.cfg.AdminPassword != "" {
-		opt.Username, opt.Password = UserAdmin, s.cfg.AdminPassword
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	for len(list) > 0 {
-		n := min(len(list), importChunk)
-		args := make([]any, 0, 4+3*n)
-		args = append(args, "CLUSTER", "IMPORTSTATE", importStates, importVersion)
-		for _, e := range list[:n] {
-			args = append(args, e.Key, e.State, strconv.FormatInt(e.Expires, 10))
-		}
-		if err := rdb.Do(ctx, args...).Err(); err != nil {
-			return err
-		}
-		list = list[n:]
-	}
-	return nil
 }
 
 // CLUSTER IMPORTSTATE key tat expire_ms [key tat expire_ms ...]
@@ -724,7 +697,11 @@ func clusterHelp(c *Client, w *Out, _ [][]byte) {
 		"KEYSLOT <key>", "    Return the hash slot for <key>.",
 		"MYID", "    Return the node id.",
 		"NODES", "    Return cluster configuration seen by node.",
-		"SETTOPOLOGY <json>", "    Apply a topology document whose epoch is newer than the current one.",
+		"SETTOPOLOGY <json>", "    Apply a topology document whose epoch is newer than the current one (it moves no keys).",
+		"SETSLOT <slot> (IMPORTING <node-id>|MIGRATING <node-id>|STABLE|NODE <node-id>)", "    Set slot state.",
+		"SETSLOTRANGE <first> <last> (IMPORTING <node-id>|MIGRATING <node-id>|STABLE)", "    SETSLOT over a range of slots, all or nothing.",
+		"MOVEKEYS <node-id> <timeout-ms> [ORPHANS]", "    Move the keys of the slots migrating to <node-id> (ORPHANS: the keys of slots it owns).",
+		"GETSTATE", "    Return the node's topology and open slots as JSON.",
 		"IMPORTSTATE [STATES 1] <key> <tat|state> <expire-ms> [...]", "    Merge limiter state moved from another node (limit.Merge: both sides' charges count).",
 		"SHARDS", "    Return information about slot range mappings and the nodes associated with them.",
 		"SLOTS", "    Return information about slots range mappings.",

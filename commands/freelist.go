@@ -60,14 +60,13 @@ type requests struct {
 	pttl   freeList[store.PTTLReq]
 	typ    freeList[store.TypeReq]
 
-	dbsize    freeList[store.DBSizeReq]
-	flush     freeList[store.FlushReq]
-	scan      freeList[store.ScanReq]
-	keys      freeList[store.KeysReq]
-	slotCount freeList[store.SlotCountReq]
-	slotKeys  freeList[store.SlotKeysReq]
-	dumpSlots freeList[store.DumpSlotsReq]
-	dropSlots freeList[store.DropSlotsReq]
+	dbsize       freeList[store.DBSizeReq]
+	flush        freeList[store.FlushReq]
+	scan         freeList[store.ScanReq]
+	keys         freeList[store.KeysReq]
+	slotCount    freeList[store.SlotCountReq]
+	slotKeys     freeList[store.SlotKeysReq]
+	slotKeyCount freeList[store.SlotKeyCountReq]
 }
 
 func (r *requests) reset() {
@@ -82,8 +81,7 @@ func (r *requests) reset() {
 	r.keys.reset()
 	r.slotCount.reset()
 	r.slotKeys.reset()
-	r.dumpSlots.reset()
-	r.dropSlots.reset()
+	r.slotKeyCount.reset()
 }
 
 // callPools are a client's calls of the decision API, by kind.

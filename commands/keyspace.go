@@ -116,7 +116,7 @@ func countMany(queue func(c *Client, key []byte), count func(c *Client, r store.
 			}
 			reqs := c.queued
 			c.runNow()
-			if e := statusError(reqs); e != "" {
+			if e := c.srv.statusError(reqs); e != "" {
 				w.WriteError(e) // counted by execOne, as every Run error
 				return
 			}

@@ -126,6 +126,10 @@ type Server struct {
 	myID   string                           // cluster node id
 	topo   atomic.Pointer[cluster.Topology] // current cluster topology (nil: none yet)
 	topoMu sync.Mutex                       // serializes SETTOPOLOGY
+	// nstate is the node's cluster state (--cluster yes): topo and the
+	// open slots; topo is its Topology (written together, under topoMu).
+	nstate atomic.Pointer[cluster.NodeState]
+	mig    migration
 
 	sleep func(time.Duration) // the pause after a failed AUTH; tests record it instead
 
@@ -245,7 +249,7 @@ func newRunID() string {
 }
 
 // Close stops the server's background sampling. Idempotent.
-func (s *Server) Close() { s.stopOnce.Do(func() { close(s.stop) }) }
+func (s *Server) Close() { s.stopOnce.Do(func() { close(s.stop); s.closePeers() }) }
 
 // sampleOps keeps instantaneous_ops_per_sec as Redis does: the mean rate
 // over the last 16 samples taken every 100 ms.
@@ -283,11 +287,12 @@ func (s *Server) opsPerSec() int64 {
 // connection's goroutine; fields read by CLIENT LIST from other connections
 // are guarded by mu or atomic.
 type Client struct {
-	srv   *Server
-	ID    int64
-	Addr  string // remote address, host:port
-	LAddr string // local address
-	local bool   // loopback or unix socket: DEBUG under "local"
+	srv    *Server
+	ID     int64
+	Addr   string // remote address, host:port
+	LAddr  string // local address
+	local  bool   // loopback or unix socket: DEBUG under "local"
+	asking bool   // ASKING was sent: the next command may use a slot importing here
 
 	calls callPools // the pipeline's service calls, reused
 
@@ -649,6 +654,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.reject(cmd, ErrKeyTooLong)
 		return
 	}
+	if c.asking || c.sess.Asking() {
+		c.consumeAsking(cmd)
+	}
 	if cmd.FirstKey > 0 && s.clusterOn() {
 		if e := s.route(cmd, args); e != "" {
 			c.reject(cmd, e)
@@ -791,6 +799,9 @@ func (s *Server) refusal(err error) string {
 		return "" // before no: it escapes, and this is every call's path
 	}
 	var no *service.NotOwnerError
+	if rd := store.AsRedirect(err); rd != nil {
+		return s.redirect(rd)
+	}
 	switch {
 	case errors.As(err, &no):
 		s.stats.moved.Add(1)
@@ -890,7 +901,7 @@ func (s *Server) finishSlot(c *Client, out *Out, sl *slot, per int64, rec *batch
 		return
 	}
 	reqs := c.queued[sl.from:sl.to]
-	if e := statusError(reqs); e != "" {
+	if e := s.statusError(reqs); e != "" {
 		s.countError(e)
 		out.WriteError(e)
 		c.stat(sl.cmd).failed.Add(1)
@@ -957,8 +968,11 @@ func (c *Client) recycle() {
 }
 
 // statusError maps store-level failures (not command errors) to a reply.
-func statusError(reqs []store.Request) string {
+func (s *Server) statusError(reqs []store.Request) string {
 	for _, r := range reqs {
+		if rd := store.AsRedirect(r.Status()); rd != nil {
+			return s.redirect(rd)
+		}
 		switch r.Status() {
 		case store.ErrPanic, store.ErrNotHeld:
 			return ErrInternal

@@ -356,9 +356,26 @@ func debugCmd(c *Client, w *Out, args [][]byte) {
 			"CLOCK SET <unix-ns>", "    Freeze the server clock at the given Unix time in nanoseconds.",
 			"CLOCK ADVANCE <ns>", "    Move the frozen clock by ns nanoseconds (negative moves it back).",
 			"CLOCK REAL", "    Return to the wall clock.",
+			"MIGRATE-DELAY <ms>", "    Wait ms between the batches of CLUSTER MOVEKEYS (tests).",
 			"HELP", "    Print this help.",
 		}
 		writeHelp(w, lines)
+		return
+	}
+	if sub == "migrate-delay" {
+		// A test knob: CLUSTER MOVEKEYS waits this long between batches,
+		// so that a crash can be made to land in the middle of a move.
+		if len(args) != 3 {
+			w.WriteError(wrongArity("debug"))
+			return
+		}
+		ms, ok := limit.ParseRedisInt(args[2])
+		if !ok || ms < 0 || ms > 60000 {
+			w.WriteError("ERR the delay must be 0 to 60000 ms")
+			return
+		}
+		c.srv.mig.delay.Store(ms)
+		w.WriteOK()
 		return
 	}
 	if sub != "clock" {
@@ -785,6 +802,13 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 			line("cluster_enabled", 1)
 			line("cluster_mode", s.cfg.Cluster.Mode)
 			line("cluster_moved_replies", s.stats.moved.Load())
+			line("cluster_ask_replies", s.mig.ask.Load())
+			line("cluster_tryagain_replies", s.mig.tryAgain.Load())
+			ns := s.nodeState()
+			line("cluster_migrating_slots", len(ns.Migrating))
+			line("cluster_importing_slots", len(ns.Importing))
+			line("cluster_keys_migrated", s.mig.sent.Load())
+			line("cluster_keys_imported", s.mig.received.Load())
 		} else {
 			line("cluster_enabled", 0)
 		}

@@ -245,7 +245,7 @@ func watchCmd(c *Client, w *Out, args [][]byte) {
 	c.sess.Run()
 	for i := range reqs {
 		if reqs[i].Status() != nil {
-			w.WriteError(statusError([]store.Request{&reqs[i]}))
+			w.WriteError(c.srv.statusError([]store.Request{&reqs[i]}))
 			return
 		}
 	}

@@ -218,6 +218,8 @@ func storeErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case store.AsRedirect(err) != nil:
+		return err // the front end words it (MOVED, ASK, TRYAGAIN)
 	case errors.Is(err, store.ErrWrongType):
 		return ErrWrongType
 	case errors.Is(err, store.ErrClosed):

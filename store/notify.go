@@ -38,7 +38,11 @@ type RegistrationListener interface {
 	KeyRegistered(key []byte)
 }
 
-func (r *InterestReq) route() *envelope { return r.addressed(r, r.Key) }
+func (r *InterestReq) route() *envelope {
+	e := r.addressed(r, r.Key)
+	e.nogate = true
+	return e
+}
 
 func (r *InterestReq) run(sh *shard, now int64) {
 	if r.Remove {

@@ -52,12 +52,14 @@ type envelope struct {
 	key    []byte // the routing key, for the warm pass
 	hash   uint64 // key's table hash, computed by the shard's warm pass
 	cand   int64  // warm's guess at key's entry, from the index (-1: none); set and read by warm only
+	asking bool   // the client sent ASKING for this request (cluster mode: see shard.admit)
+	nogate bool   // not a request on the key's data (tracking interest): never redirected
 }
 
 // addressed readies the envelope of req, a request on key, for
 // Session.Add.
 func (e *envelope) addressed(req Request, key []byte) *envelope {
-	e.req, e.key, e.keyed = req, key, true
+	e.req, e.key, e.keyed, e.nogate = req, key, true, false
 	return e
 }
 

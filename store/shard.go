@@ -19,6 +19,9 @@ type shard struct {
 	t     *table
 
 	slotLo, slotHi int // the contiguous hash slot range [lo, hi) this shard owns
+	// gate is, in cluster mode, each slot's Slot* state (index slot-slotLo):
+	// see admit. nil: no check.
+	gate []uint8
 
 	// Persistence (nil p: in memory only). Records collect in pb (pbCount
 	// changes) and go to the committer after the write-out, or under
@@ -579,6 +582,9 @@ func (sh *shard) exec(op *envelope, now int64) {
 			op.status = ErrPanic
 		}
 	}()
+	if sh.gate != nil && op.keyed && !op.nogate && !sh.admit(op, now) {
+		return
+	}
 	op.req.run(sh, now)
 }
 

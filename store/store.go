@@ -442,6 +442,7 @@ type Session struct {
 	ID      uint64
 	st      *Store
 	home    *Owner // the owner whose goroutine runs the session (SetHome)
+	asking  bool   // SetAsking
 	pending [][]*envelope
 	touched []int
 	batches []batch
@@ -568,9 +569,18 @@ func (w *syncWait) await(f func()) bool {
 	return true
 }
 
+// SetAsking marks the requests added from now on as following an ASK
+// redirect (the client sent ASKING): a shard serves them in a slot it
+// imports. The caller sets it for one command's requests, then clears it.
+func (ss *Session) SetAsking(on bool) { ss.asking = on }
+
+// Asking reports SetAsking's setting.
+func (ss *Session) Asking() bool { return ss.asking }
+
 // Add queues a request on its key's shard.
 func (ss *Session) Add(r KeyedRequest) {
 	op := r.route()
+	op.asking = ss.asking
 	ss.queue(ss.st.ShardOf(op.key), op)
 }
 

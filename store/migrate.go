@@ -1,0 +1,335 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"sync"
+
+	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/limit"
+)
+
+// What a cluster node's shard knows of each hash slot it covers, so that it
+// decides again, when a request runs, whether this node serves it: the
+// event loop routed the request earlier, and a slot may have been opened,
+// moved or flipped in between. (Outside --cluster yes no shard has a gate
+// and nothing is checked.)
+const (
+	SlotOwned     uint8 = iota // served here
+	SlotNotOwned               // another node serves it: MOVED
+	SlotMigrating              // owned, its keys moving away: a key not here is ASKed for on the target
+	SlotImporting              // its keys moving here: served only after ASKING
+)
+
+// RedirectKind says where a request refused by a shard's gate should go.
+type RedirectKind uint8
+
+// The redirects, Redis Cluster's.
+const (
+	Moved    RedirectKind = iota + 1 // to the slot's owner
+	Ask                              // once, with ASKING, to the node the slot migrates to
+	TryAgain                         // some of a multi-key request's keys moved: retry later
+)
+
+// Redirect is the status of a request a shard's gate did not run: it names
+// the slot; the caller words it (MOVED/ASK need the node's address, which
+// the store does not know).
+type Redirect struct {
+	Kind RedirectKind
+	Slot int
+}
+
+func (r *Redirect) Error() string {
+	return "store: slot " + strconv.Itoa(r.Slot) + " redirected (" + strconv.Itoa(int(r.Kind)) + ")"
+}
+
+// AsRedirect returns err's Redirect, or nil.
+func AsRedirect(err error) *Redirect {
+	if err == nil {
+		return nil // every request's path: errors.As would allocate
+	}
+	if r, ok := err.(*Redirect); ok {
+		return r
+	}
+	var r *Redirect
+	if errors.As(err, &r) {
+		return r
+	}
+	return nil
+}
+
+// admit is the gate: whether op may run on this shard now, else op's
+// status says where it goes. Only keyed requests are checked (shard-wide
+// ones, and those a migration runs, name no key), and only in cluster mode.
+func (sh *shard) admit(op *envelope, now int64) bool {
+	slot := cluster.KeySlot(op.key)
+	switch sh.gate[slot-sh.slotLo] {
+	case SlotOwned:
+		return true
+	case SlotImporting:
+		if op.asking {
+			return true
+		}
+		op.status = &Redirect{Kind: Moved, Slot: slot}
+	case SlotNotOwned:
+		op.status = &Redirect{Kind: Moved, Slot: slot}
+	case SlotMigrating:
+		// Redis's rule for a migrating slot: all of the keys here → run;
+		// none → ASK (they moved, or are new: the target creates them);
+		// some → TRYAGAIN. An expired key is missing, as in Redis.
+		nowMs := floorMs(now)
+		have, want := 0, 1
+		if lr, ok := op.req.(*LimitReq); ok && len(lr.Call.Limits) > 1 {
+			want = len(lr.Call.Limits)
+			for _, l := range lr.Call.Limits {
+				if sh.find(l.Key, sh.t.hash(l.Key), nowMs) >= 0 {
+					have++
+				}
+			}
+		} else if sh.find(op.key, op.keyHash(sh.t, op.key), nowMs) >= 0 {
+			have = 1
+		}
+		switch have {
+		case want:
+			return true
+		case 0:
+			op.status = &Redirect{Kind: Ask, Slot: slot}
+		default:
+			op.status = &Redirect{Kind: TryAgain, Slot: slot}
+		}
+	}
+	return false
+}
+
+// SlotStateReq sets the gate of every slot the shard covers to
+// States[slot]. With RequireEmpty, it first checks that no slot whose
+// state becomes SlotNotOwned holds a live key and changes nothing
+// otherwise (Busy is then such a slot). Queue it on every shard (or run
+// it under a Hold of every shard, so that the check and the change are one
+// step on all of them); Drop also removes the keys (expired ones, with
+// RequireEmpty) of slots that become SlotNotOwned, from memory and disk.
+type SlotStateReq struct {
+	envelope
+	States       *[cluster.SlotCount]uint8
+	RequireEmpty bool
+	CheckOnly    bool  // with RequireEmpty: only check, change nothing
+	Busy         int   // out: a slot that still holds keys, or -1
+	Dropped      int64 // out: keys removed
+}
+
+func (r *SlotStateReq) run(sh *shard, now int64) {
+	r.Busy, r.Dropped = -1, 0
+	if r.RequireEmpty {
+		if slot := sh.liveKeyIn(now, func(slot int) bool {
+			return r.States[slot] == SlotNotOwned && (sh.gate == nil || sh.gate[slot-sh.slotLo] != SlotNotOwned)
+		}); slot >= 0 {
+			r.Busy = slot
+			return
+		}
+	}
+	if r.CheckOnly {
+		return
+	}
+	if sh.gate == nil {
+		sh.gate = make([]uint8, sh.slotHi-sh.slotLo)
+	}
+	var drop [][2]int
+	for slot := sh.slotLo; slot < sh.slotHi; slot++ {
+		was := sh.gate[slot-sh.slotLo]
+		sh.gate[slot-sh.slotLo] = r.States[slot]
+		if r.RequireEmpty && r.States[slot] == SlotNotOwned && was != SlotNotOwned {
+			if n := len(drop); n > 0 && drop[n-1][1] == slot-1 {
+				drop[n-1][1] = slot
+			} else {
+				drop = append(drop, [2]int{slot, slot})
+			}
+		}
+	}
+	if len(drop) > 0 {
+		d := DropSlotsReq{Ranges: drop}
+		d.run(sh, now)
+		r.Dropped = d.Dropped
+	}
+}
+
+// liveKeyIn returns the slot of a live key of the shard whose slot in
+// says true, or -1.
+func (sh *shard) liveKeyIn(now int64, in func(slot int) bool) int {
+	nowMs := floorMs(now)
+	for i := uint32(0); i < sh.t.nent; i++ {
+		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs {
+			if slot := cluster.KeySlot(sh.t.keyOf(e)); in(slot) {
+				return slot
+			}
+		}
+	}
+	return -1
+}
+
+// SlotKeyCountReq counts the live keys of the shard by the gate of their
+// slot: Orphans are those of slots it does not serve (SlotNotOwned),
+// which a node holds only after an interrupted move or a rollback.
+type SlotKeyCountReq struct {
+	envelope
+	Orphans int64 // out
+}
+
+func (r *SlotKeyCountReq) run(sh *shard, now int64) {
+	r.Orphans = 0
+	if sh.gate == nil {
+		return
+	}
+	nowMs := floorMs(now)
+	for i := uint32(0); i < sh.t.nent; i++ {
+		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs {
+			if slot := cluster.KeySlot(sh.t.keyOf(e)); sh.gate[slot-sh.slotLo] == SlotNotOwned {
+				r.Orphans++
+			}
+		}
+	}
+}
+
+// ExportReq copies the live keys a migration sends: Keys if set (MIGRATE
+// names them; missing ones are skipped), else up to Max keys whose slot In
+// says true, scanning the table from entry Cursor (Next is where to go on;
+// 0 once the scan reached the end). It changes nothing: the caller holds
+// the shard, sends the copies and, once the target has them, drops them
+// with DropKeysReq before letting the shard go.
+type ExportReq struct {
+	envelope
+	Keys    [][]byte
+	In      func(slot int) bool
+	Max     int
+	Cursor  uint32
+	Entries []Entry // out
+	Next    uint32  // out
+}
+
+func (r *ExportReq) run(sh *shard, now int64) {
+	nowMs := floorMs(now)
+	r.Entries, r.Next = r.Entries[:0], 0
+	add := func(e *entry) {
+		r.Entries = append(r.Entries, Entry{Key: bytes.Clone(sh.t.keyOf(e)), State: bytes.Clone(sh.t.state(e, nil)), Expires: e.exp()})
+	}
+	if r.Keys != nil {
+		for _, k := range r.Keys {
+			if ei := sh.find(k, sh.t.hash(k), nowMs); ei >= 0 {
+				add(sh.t.at(uint32(ei)))
+			}
+		}
+		return
+	}
+	i := r.Cursor
+	for ; i < sh.t.nent && len(r.Entries) < r.Max; i++ {
+		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && r.In(cluster.KeySlot(sh.t.keyOf(e))) {
+			add(e)
+		}
+	}
+	if i < sh.t.nent {
+		r.Next = i
+	}
+}
+
+// DropKeysReq removes keys from memory and disk: those a migration's
+// target acknowledged.
+type DropKeysReq struct {
+	envelope
+	Keys    [][]byte
+	Dropped int64 // out
+}
+
+func (r *DropKeysReq) run(sh *shard, now int64) {
+	r.Dropped = 0
+	nowMs := floorMs(now)
+	for _, k := range r.Keys {
+		h := sh.t.hash(k)
+		if ei := sh.find(k, h, nowMs); ei >= 0 {
+			sh.changed(k, sh.by)
+			sh.removeHash(uint32(ei), h)
+			r.Dropped++
+		}
+	}
+}
+
+// RestoreReq stores keys a migration brought here. Replace sets each one's
+// state and expiry as sent, whatever was here (an earlier copy of the same
+// migration, whose acknowledgement was lost: never served, see the
+// migration protocol in docs/cluster.md); otherwise each is merged with
+// the local state as ImportReq does (limit.Merge adds what both sides
+// allowed).
+type RestoreReq struct {
+	envelope
+	Entries []Entry
+	Replace bool
+	Applied int64 // out: keys changed
+}
+
+func (r *RestoreReq) run(sh *shard, now int64) {
+	r.Applied = 0
+	nowMs := floorMs(now)
+	for _, en := range r.Entries {
+		if !r.Replace {
+			im := ImportReq{Key: en.Key, State: en.State, Expires: en.Expires}
+			im.run(sh, now)
+			if im.Applied {
+				r.Applied++
+			}
+			continue
+		}
+		if en.Expires < nowMs {
+			continue
+		}
+		h := sh.t.hash(en.Key)
+		if ei := sh.find(en.Key, h, nowMs); ei >= 0 {
+			sh.removeHash(uint32(ei), h)
+		}
+		ei := sh.t.insertFor(en.Key, h, limit.KindOf(en.State))
+		sh.setState(ei, en.State, en.Expires)
+		sh.markDirty(ei)
+		sh.changed(en.Key, sh.by)
+		r.Applied++
+	}
+}
+
+// SyncHeld writes the held shards' changes and waits until they are on
+// disk (under FsyncNo: handed to the OS), whatever the fsync policy, before
+// the shards run anything else. A migration needs this twice: the target
+// acknowledges keys only once they are durable, and the source lets a
+// shard answer ASK for keys it dropped only once the drop is. It returns
+// the store's persistence error, if any, so a failing disk refuses the
+// step instead of acknowledging it.
+func (ss *Session) SyncHeld() error {
+	in, st := ss.inline, ss.st
+	if in == nil || in.closed {
+		return ErrClosed
+	}
+	if st.p == nil {
+		return nil
+	}
+	var wg sync.WaitGroup
+	for id, held := range in.held {
+		if !held {
+			continue
+		}
+		sh := st.shards[id]
+		sh.publish()
+		sh.writeDirty()
+		r := sh.takeChanges()
+		wg.Add(1)
+		r.wg = &wg
+		st.p.in <- r
+	}
+	wg.Wait()
+	return st.PersistErr()
+}
+
+// InitGate sets every shard's gate to states before any request runs (a
+// cluster node's start, before the wire layer serves): later changes go
+// through SlotStateReq.
+func (s *Store) InitGate(states *[cluster.SlotCount]uint8) {
+	for _, sh := range s.shards {
+		sh.gate = make([]uint8, sh.slotHi-sh.slotLo)
+		copy(sh.gate, states[sh.slotLo:sh.slotHi])
+	}
+}
