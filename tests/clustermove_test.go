@@ -771,6 +771,11 @@ func mvKillMidMove(t *testing.T, killOld bool) {
 				migrated = st.Migrated - base0
 				break
 			}
+			select {
+			case r := <-applied:
+				t.Fatalf("move %d: apply ended (exit %d, %v) before node %d sent a key (GETSTATE %+v, %v):\n%s\n%s", it+1, r.code, r.err, m.from+1, st, err, r.out, r.errOut)
+			default:
+			}
 			if time.Now().After(deadline) {
 				r := <-applied
 				t.Fatalf("move %d: node %d sent no key within 10s (GETSTATE %+v, %v); apply exit %d:\n%s\n%s", it+1, m.from+1, st, err, r.code, r.out, r.errOut)
@@ -947,8 +952,8 @@ func mvCountOwned(own []string, id string) int {
 
 // TestClusterRedisCLIReshard: the tools Redis Cluster operators use work
 // against cellserver nodes under load, with 0 extra calls: reshard moves
-// 1,000 slots from node 2 to node 1, rebalance with weights 1:1:2 moves
-// slots to node 3, and fix completes a hand-opened slot.
+// 1,000 slots from node 2 to node 1, rebalance evens the three out again,
+// and fix completes a hand-opened slot.
 func TestClusterRedisCLIReshard(t *testing.T) {
 	cli := mvRedisCLI(t)
 	nodes, doc := clCluster(t)
@@ -1001,14 +1006,20 @@ func TestClusterRedisCLIReshard(t *testing.T) {
 	require.False(t, t.Failed())
 
 	t.Run("rebalance", func(t *testing.T) {
+		// After the reshard node 1 has 6,461 slots, node 2 4,461, node 3
+		// 5,462: rebalance (equal weights) moves about 1,000 back. (Weights
+		// 1:1:2 would move 2,700 slots, ~25 s on the 2-core machine: too
+		// much of the suite's budget for no more coverage.)
 		under(t, mvKeys("rb:", 3000), func() {
-			mvRunCLI(t, cli, "--cluster", "rebalance", nodes[0].Addr, "--cluster-weight", ids[0]+"=1", ids[1]+"=1", ids[2]+"=2",
-				"--cluster-pipeline", "100")
+			mvRunCLI(t, cli, "--cluster", "rebalance", nodes[0].Addr, "--cluster-pipeline", "100")
 		})
 		own = mvAgreedOwners(t, cs)
-		n3 := mvCountOwned(own, ids[2])
-		t.Logf("after rebalance: node 1 %d slots, node 2 %d, node 3 %d", mvCountOwned(own, ids[0]), mvCountOwned(own, ids[1]), n3)
-		assert.Greater(t, n3, 7500, "node 3 (weight 2) owns about half the slots")
+		var counts []int
+		for i, id := range ids {
+			counts = append(counts, mvCountOwned(own, id))
+			assert.InDelta(t, 16384/3, counts[i], 16384/3*0.02+1, "node %d's slots after rebalance", i+1)
+		}
+		t.Logf("after rebalance: slots per node %v", counts)
 		mvCheckCluster(t, cli, nodes)
 		mvNoOpenSlots(t, cs)
 		mvNoOrphans(t, cs, mvDoc(doc, 0, own))
