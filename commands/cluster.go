@@ -134,6 +134,10 @@ func (s *Server) Locate(slot int) (addr string, local, known bool) {
 	if s.cfg.Cluster.Mode == ClusterEmulated {
 		return "", true, true
 	}
+	if ns := s.nstate.Load(); ns != nil && len(ns.Importing) > 0 && ns.Importing[slot] != "" {
+		// Served here after ASKING: the shard decides (store's gate).
+		return "", true, true
+	}
 	t := s.topo.Load()
 	if t == nil {
 		return "", false, false

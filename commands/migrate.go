@@ -172,11 +172,13 @@ func (s *Server) redirect(r *store.Redirect) string {
 // consumeAsking gives the command its client's ASKING: the flag lasts for
 // one command, or inside MULTI until EXEC (Redis's resetClient).
 func (c *Client) consumeAsking(cmd *Command) {
-	if cmd.Name == "asking" {
-		return
+	if cmd.Name == "asking" || c.sess.Holding() {
+		return // EXEC's commands run with the ASKING EXEC had
 	}
 	asking := c.asking
-	if !c.inMulti() || cmd.Name == "exec" || cmd.Name == "discard" {
+	// Redis clears it after the command unless the client is then inside
+	// MULTI: MULTI and the commands it queues keep it, EXEC ends it.
+	if (!c.inMulti() && cmd.Name != "multi") || cmd.Name == "exec" || cmd.Name == "discard" {
 		c.asking = false
 	}
 	c.sess.SetAsking(asking)

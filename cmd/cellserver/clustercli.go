@@ -1,11 +1,13 @@
 package main
 
 // `cellserver cluster ...`: the orchestrator side of cluster mode. `init`
-// writes a topology document, `apply` pushes one to every node it names.
+// writes a topology document, `apply` moves the keys of every slot whose
+// owner changes and then pushes the document to every node, `dump` prints a
+// node's document to edit. The plan and the steps of apply are in
+// clustermove.go.
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,7 +15,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,13 +28,30 @@ const clusterUsage = `Usage:
       Print a topology that splits the 16384 hash slots evenly over the nodes
       (one shard per node, as redis-cli --cluster create splits them).
   cellserver cluster apply FILE [--admin-password P] [--password P] [--timeout 5s]
-      Send the topology in FILE to every node it names (CLUSTER SETTOPOLOGY)
-      and print "<host:port> <id> ok" or "<host:port> <id> error: ..." per node.
-      SETTOPOLOGY is an admin command: give the nodes' --admin-password, or
-      run apply on the nodes' machine if they have none (loopback only).
+      Make the cluster match the topology in FILE, keys included:
+        1. CLUSTER GETSTATE on every node of FILE and of every node's current
+           topology; if any fails, or FILE's epoch is not above every node's
+           (a node already holding FILE is fine), nothing is changed.
+        2. For every slot whose owner changes: SETSLOTRANGE IMPORTING on the
+           new owner, MIGRATING on the old one, then CLUSTER MOVEKEYS on the
+           old owner until every key has moved (each batch is acked durably
+           by the new owner before the old one deletes it).
+        3. CLUSTER SETTOPOLOGY to the new owners, then the old ones, then every
+           other node; "<host:port> <id> ok" or "<host:port> <id> error: ..."
+           per node.
+        4. Orphan keys (of slots a node neither owns nor imports) are moved to
+           their owner; then every node must have none left and no open slot.
+      Then "moved N keys of S slots from A to B" per move. After a failure the
+      slots stay open and served; running apply again resumes.
+      These are admin commands: give the nodes' --admin-password, or run apply
+      on the nodes' machine if they have none (loopback only). --timeout bounds
+      each command (CLUSTER MOVEKEYS: max(10 x timeout, 5m)).
+  cellserver cluster dump HOST:PORT [--admin-password P] [--password P] [--timeout 5s]
+      Print the node's topology document, to edit and apply with a higher epoch.
 
-Exit status: 0 on success; 1 if FILE is unusable or any node refused the
-topology or could not be reached; 2 if the command line is wrong.
+Exit status: 0 on success; 1 if FILE is unusable, any node could not be
+reached or refused, or keys or slots were left unsettled; 2 if the command
+line is wrong.
 `
 
 // clusterCLI runs `cellserver cluster <args>` and returns the exit status.
@@ -47,6 +65,8 @@ func clusterCLI(args []string, stdout, stderr io.Writer) int {
 		return clusterInit(args[1:], stdout, stderr)
 	case "apply":
 		return clusterApply(args[1:], stdout, stderr)
+	case "dump":
+		return clusterDump(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, clusterUsage)
 		return 0
@@ -105,10 +125,11 @@ func clusterApply(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	password := fs.String("password", "", "`password` the nodes require (their --requirepass); not needed with --admin-password")
 	adminPassword := fs.String("admin-password", "", "log in as the user admin with this `password` (the nodes' --admin-password)")
-	timeout := fs.Duration("timeout", 5*time.Second, "connect and reply timeout per node")
+	timeout := fs.Duration("timeout", 5*time.Second, "connect and reply timeout per node; also each node-to-node batch timeout of a key move")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver cluster apply FILE [--admin-password P] [--password P] [--timeout 5s]\n\n"+
-			"Sends the topology in FILE to every node it names, primaries and replicas.\n\nFlags:\n")
+			"Moves the keys of every slot whose owner changes, then sends the topology in FILE\n"+
+			"to every node, primaries and replicas. Safe to run again after a failure: it resumes.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	pos, err := clusterParseArgs(fs, args)
@@ -139,74 +160,69 @@ func clusterApply(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cellserver cluster apply: %s: %v\n", file, err)
 		return 1
 	}
-	payload := compact.String()
-
-	var nodes []cluster.Node
-	for _, s := range top.Shards {
-		nodes = append(nodes, s.Primary)
-		nodes = append(nodes, s.Replicas...)
-	}
 	// go-redis logs failed dials to os.Stderr on its own; the per-node line
-	// below already says it. This runs as its own process, so silencing the
+	// already says it. This runs as its own process, so silencing the
 	// library's global logger affects nothing else.
 	redis.SetLogger(&logging.VoidLogger{})
+	a := &applier{
+		auth:    newClusterAuth(*adminPassword, *password, *timeout),
+		doc:     top,
+		payload: compact.String(),
+		stdout:  stdout,
+		stderr:  stderr,
+	}
+	return a.run()
+}
 
-	// Push to all nodes at once (a down node costs one timeout, not one per
-	// node), then report in document order.
-	results := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() { results[i] = clusterPush(n.Addr(), *adminPassword, *password, *timeout, payload) })
+// clusterDump runs `cellserver cluster dump HOST:PORT`.
+func clusterDump(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cellserver cluster dump", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	password := fs.String("password", "", "`password` the node requires (its --requirepass); not needed with --admin-password")
+	adminPassword := fs.String("admin-password", "", "log in as the user admin with this `password` (the node's --admin-password)")
+	timeout := fs.Duration("timeout", 5*time.Second, "connect and reply timeout")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: cellserver cluster dump HOST:PORT [--admin-password P] [--password P] [--timeout 5s]\n\n"+
+			"Prints the node's topology document, to edit and pass to apply with a higher epoch.\n\nFlags:\n")
+		fs.PrintDefaults()
 	}
-	wg.Wait()
-	failed := 0
-	for i, n := range nodes {
-		if err := results[i]; err != nil {
-			failed++
-			fmt.Fprintf(stdout, "%s %s error: %s\n", n.Addr(), n.ID, clusterOneLine(err.Error()))
-		} else {
-			fmt.Fprintf(stdout, "%s %s ok\n", n.Addr(), n.ID)
-		}
+	pos, err := clusterParseArgs(fs, args)
+	if err != nil {
+		return clusterFlagExit(err)
 	}
-	if failed > 0 {
-		fmt.Fprintf(stderr, "cellserver cluster apply: %d of %d nodes did not accept epoch %d\n", failed, len(nodes), top.Epoch)
+	switch {
+	case len(pos) == 0:
+		return clusterUsageError(fs, "HOST:PORT is required")
+	case len(pos) > 1:
+		return clusterUsageError(fs, "unexpected argument %q", pos[1])
+	case *timeout <= 0:
+		return clusterUsageError(fs, "--timeout must be positive, got %v", *timeout)
+	}
+	host, port, err := cluster.ParseAddr(pos[0])
+	if err != nil {
+		return clusterUsageError(fs, "%v", err)
+	}
+	redis.SetLogger(&logging.VoidLogger{})
+	auth := newClusterAuth(*adminPassword, *password, *timeout)
+	addr := cluster.Node{Host: host, Port: port}.Addr()
+	st, err := auth.getState(addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "cellserver cluster dump: %s: %s\n", addr, clusterReason(err))
+		return 1
+	}
+	if st.Topology == nil {
+		fmt.Fprintf(stderr, "cellserver cluster dump: %s: the node has no topology yet (cellserver cluster init writes one)\n", addr)
+		return 1
+	}
+	out, err := st.Topology.Marshal()
+	if err == nil {
+		_, err = stdout.Write(out)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cellserver cluster dump: %v\n", err)
 		return 1
 	}
 	return 0
-}
-
-// clusterPush sends CLUSTER SETTOPOLOGY to one node and expects +OK. It logs
-// in as admin if adminPassword is set (admin may also do what the default
-// user may), else as the default user with password.
-func clusterPush(addr, adminPassword, password string, timeout time.Duration, payload string) error {
-	var user string
-	if adminPassword != "" {
-		user, password = "admin", adminPassword
-	}
-	c := redis.NewClient(&redis.Options{
-		Addr:            addr,
-		Username:        user,
-		Password:        password,
-		Protocol:        2,
-		DialTimeout:     timeout,
-		ReadTimeout:     timeout,
-		WriteTimeout:    timeout,
-		MaxRetries:      -1, // go-redis: 0 means the default (3 retries); -1 means none
-		DialerRetries:   1,  // one dial attempt (0 would mean the default, 5)
-		PoolSize:        1,
-		DisableIdentity: true, // no CLIENT SETINFO
-	})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*timeout)
-	defer cancel()
-	reply, err := c.Do(ctx, "CLUSTER", "SETTOPOLOGY", payload).Result()
-	if err != nil {
-		return err
-	}
-	if s, ok := reply.(string); !ok || s != "OK" {
-		return fmt.Errorf("unexpected reply %v", reply)
-	}
-	return nil
 }
 
 // clusterParseArgs parses flags that may come before or after positional

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -89,6 +90,11 @@ func TestClusterUsageErrors(t *testing.T) {
 		{"apply --help", []string{"apply", "--help"}, 0, "Usage: cellserver cluster apply FILE"},
 		{"apply missing file", []string{"apply", filepath.Join(dir, "nope.json")}, 1, "no such file"},
 		{"apply invalid file", []string{"apply", invalid}, 1, invalid + ": no shards"},
+		{"dump without address", []string{"dump"}, 2, "HOST:PORT is required"},
+		{"dump two addresses", []string{"dump", "h:1", "h:2"}, 2, `unexpected argument "h:2"`},
+		{"dump bad address", []string{"dump", "h"}, 2, `address "h": want host:port`},
+		{"dump zero timeout", []string{"dump", "h:1", "--timeout", "0s"}, 2, "--timeout must be positive"},
+		{"dump --help", []string{"dump", "--help"}, 0, "Usage: cellserver cluster dump HOST:PORT"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -101,7 +107,12 @@ func TestClusterUsageErrors(t *testing.T) {
 }
 
 // fakeNode is a minimal Redis-protocol server standing in for a cellserver
-// node: it answers CLUSTER SETTOPOLOGY with reply and records what it got.
+// node: it answers CLUSTER SETTOPOLOGY with reply and records what it got,
+// CLUSTER GETSTATE with states (in turn, the last one repeating; by default
+// a node with no topology), CLUSTER MOVEKEYS with moves (in turn, then 0),
+// and CLUSTER SETSLOTRANGE with OK. A command starting with a key of refuse
+// gets that error instead. Every command (but HELLO and AUTH) is appended
+// to log, if set, shared by the fakes of a test to check their order.
 type fakeNode struct {
 	addr     string
 	host     string
@@ -109,9 +120,33 @@ type fakeNode struct {
 	password string // if set, AUTH is required
 	admin    string // if set, AUTH admin <admin> also logs in
 	reply    func(c redcon.Conn)
+	states   []string
+	moves    []int64
+	refuse   map[string]string
+	log      *fakeLog
 
 	mu       sync.Mutex
 	received []string
+	getstate int
+}
+
+// fakeLog is the order in which the fakes of a test got their commands:
+// "<port> <command and arguments>", SETTOPOLOGY's payload left out.
+type fakeLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *fakeLog) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+}
+
+func (l *fakeLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
 }
 
 func startFakeNode(t *testing.T, password string, reply func(c redcon.Conn)) *fakeNode {
@@ -155,14 +190,82 @@ func (f *fakeNode) handle(c redcon.Conn, cmd redcon.Command) {
 		}
 	case f.password != "" && c.Context() != true:
 		c.WriteError("NOAUTH Authentication required.")
-	case name == "CLUSTER" && len(cmd.Args) == 3 && strings.EqualFold(string(cmd.Args[1]), "SETTOPOLOGY"):
-		f.mu.Lock()
-		f.received = append(f.received, string(cmd.Args[2]))
-		f.mu.Unlock()
-		f.reply(c)
+	case name == "CLUSTER" && len(cmd.Args) >= 2:
+		f.cluster(c, cmd)
 	default:
 		c.WriteError("ERR unexpected command " + name)
 	}
+}
+
+func (f *fakeNode) cluster(c redcon.Conn, cmd redcon.Command) {
+	var words []string
+	for _, a := range cmd.Args {
+		words = append(words, string(a))
+	}
+	sub := strings.ToUpper(words[1])
+	line := strings.Join(words, " ")
+	if sub == "SETTOPOLOGY" {
+		line = "CLUSTER SETTOPOLOGY"
+	}
+	if f.log != nil {
+		f.log.add(strconv.Itoa(f.port) + " " + line)
+	}
+	for prefix, msg := range f.refuse {
+		if strings.HasPrefix(line, prefix) {
+			c.WriteError(msg)
+			return
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case sub == "SETTOPOLOGY" && len(words) == 3:
+		f.received = append(f.received, words[2])
+		f.reply(c)
+	case sub == "GETSTATE":
+		if len(f.states) == 0 {
+			c.WriteBulkString(fakeState(f.node().ID, 0, nil, 0))
+			return
+		}
+		c.WriteBulkString(f.states[min(f.getstate, len(f.states)-1)])
+		f.getstate++
+	case sub == "SETSLOTRANGE":
+		c.WriteString("OK")
+	case sub == "MOVEKEYS":
+		var n int64
+		if len(f.moves) > 0 {
+			n, f.moves = f.moves[0], f.moves[1:]
+		}
+		c.WriteInt64(n)
+	default:
+		c.WriteError("ERR unexpected command CLUSTER " + sub)
+	}
+}
+
+// fakeState is a GETSTATE reply: top nil is no topology; open slots are
+// given as raw JSON ("migrating":[...],) in extra if needed.
+func fakeState(id string, epoch uint64, top *cluster.Topology, orphans int, extra ...string) string {
+	doc := "null"
+	if top != nil {
+		b, err := top.Marshal()
+		if err != nil {
+			panic(err)
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, b); err != nil {
+			panic(err)
+		}
+		doc = c.String()
+	}
+	migrating, importing := "[]", "[]"
+	if len(extra) > 0 {
+		migrating = extra[0]
+	}
+	if len(extra) > 1 {
+		importing = extra[1]
+	}
+	return fmt.Sprintf(`{"id":%q,"epoch":%d,"topology":%s,"migrating":%s,"importing":%s,"orphans":%d,"migrated":0,"imported":0}`,
+		id, epoch, doc, migrating, importing, orphans)
 }
 
 func (f *fakeNode) got() []string {
@@ -234,25 +337,190 @@ func TestClusterApply(t *testing.T) {
 		assert.NoError(t, err)
 	})
 
-	t.Run("some refuse or are down", func(t *testing.T) {
+	t.Run("a node is down: nothing is changed anywhere", func(t *testing.T) {
+		path := writeTopology(t, 1, []cluster.Node{ok1.node(), ok2.node()}, []cluster.Node{dead})
+		before1, before2 := len(ok1.got()), len(ok2.got())
+		code, stdout, stderr := runClusterCLI("apply", "--timeout", "2s", path) // flags first works too
+		assert.Equal(t, 1, code)
+		assert.Contains(t, stderr, "cellserver cluster apply: nothing was changed: 1 of 3 nodes did not answer CLUSTER GETSTATE")
+		assert.True(t, strings.HasPrefix(stdout, dead.Addr()+" "+dead.ID+" error: unreachable: "), stdout)
+		assert.Contains(t, stdout, "connection refused")
+		assert.Equal(t, 1, strings.Count(stdout, "\n"), "one line, for the node that failed")
+		assert.Len(t, ok1.got(), before1)
+		assert.Len(t, ok2.got(), before2)
+	})
+
+	t.Run("some refuse the topology", func(t *testing.T) {
 		path := writeTopology(t, 1,
 			[]cluster.Node{ok1.node(), ok2.node()}, // replica ok2
 			[]cluster.Node{stale.node()},
-			[]cluster.Node{dead},
 			[]cluster.Node{odd.node()})
-		code, stdout, stderr := runClusterCLI("apply", "--timeout", "2s", path) // flags first works too
+		code, stdout, stderr := runClusterCLI("apply", "--timeout", "2s", path)
 		assert.Equal(t, 1, code)
-		assert.Contains(t, stderr, "3 of 5 nodes did not accept epoch 1")
+		assert.Contains(t, stderr, "2 of 4 nodes did not accept epoch 1")
 		lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-		require.Len(t, lines, 5, stdout)
+		require.Len(t, lines, 4, stdout)
 		assert.Equal(t, ok1.addr+" "+ok1.node().ID+" ok", lines[0])
 		assert.Equal(t, ok2.addr+" "+ok2.node().ID+" ok", lines[1])
 		assert.Equal(t, stale.addr+" "+stale.node().ID+" error: ERR epoch 1 is not newer than the current epoch 5", lines[2])
-		assert.True(t, strings.HasPrefix(lines[3], dead.Addr()+" "+dead.ID+" error: "), lines[3])
-		assert.Contains(t, lines[3], "connection refused")
-		assert.Equal(t, odd.addr+" "+odd.node().ID+" error: unexpected reply 1", lines[4])
+		assert.Equal(t, odd.addr+" "+odd.node().ID+" error: unexpected reply 1", lines[3])
 		assert.Equal(t, compacted(t, path), stale.got()[len(stale.got())-1])
 	})
+
+	t.Run("a node at a higher epoch: nothing is sent", func(t *testing.T) {
+		ahead := startFake(t, &fakeNode{reply: replyOK})
+		ahead.states = []string{fakeState(ahead.node().ID, 5, nil, 0)}
+		path := writeTopology(t, 5, []cluster.Node{ok1.node()}, []cluster.Node{ahead.node()})
+		before := len(ok1.got())
+		code, stdout, stderr := runClusterCLI("apply", path)
+		assert.Equal(t, 1, code)
+		assert.Empty(t, stdout)
+		assert.Contains(t, stderr, "node "+ahead.addr+" is at epoch 5: write the document with an epoch above 5")
+		assert.Contains(t, stderr, "nothing was changed")
+		assert.Len(t, ok1.got(), before)
+		assert.Empty(t, ahead.got())
+	})
+}
+
+// movePair is two fakes, a owning every slot at epoch 1 and b in a's
+// topology with none, and a document at epoch 2 giving b 8192-16383.
+func movePair(t *testing.T) (a, b *fakeNode, log *fakeLog, path string) {
+	t.Helper()
+	log = &fakeLog{}
+	a = startFake(t, &fakeNode{reply: replyOK, log: log})
+	b = startFake(t, &fakeNode{reply: replyOK, log: log})
+	before := &cluster.Topology{Epoch: 1, Shards: []cluster.Shard{
+		{Slots: [][2]int{{0, 16383}}, Primary: a.node(), Replicas: []cluster.Node{}},
+		{Slots: [][2]int{}, Primary: b.node(), Replicas: []cluster.Node{}},
+	}}
+	require.NoError(t, before.Validate())
+	a.states = []string{fakeState(a.node().ID, 1, before, 0)}
+	b.states = []string{fakeState(b.node().ID, 1, before, 0)}
+	path = writeTopology(t, 2, []cluster.Node{a.node()}, []cluster.Node{b.node()})
+	return a, b, log, path
+}
+
+func TestClusterApplyMovesKeys(t *testing.T) {
+	a, b, log, path := movePair(t)
+	a.moves = []int64{7, 3}
+	pa, pb := strconv.Itoa(a.port)+" ", strconv.Itoa(b.port)+" "
+
+	code, stdout, stderr := runClusterCLI("apply", path, "--timeout", "2s")
+	require.Equal(t, 0, code, stderr)
+	assert.Empty(t, stderr)
+	assert.Equal(t,
+		a.addr+" "+a.node().ID+" ok\n"+
+			b.addr+" "+b.node().ID+" ok\n"+
+			"moved 10 keys of 8192 slots from "+a.addr+" to "+b.addr+"\n", stdout)
+
+	// The order that makes the move safe: both GETSTATEs before anything;
+	// importing on the destination before migrating on the source; keys
+	// moved until none are left; the destination flipped first.
+	var order []string
+	for _, l := range log.get() {
+		if !strings.HasSuffix(l, "GETSTATE") {
+			order = append(order, l)
+		}
+	}
+	assert.Equal(t, []string{
+		pb + "CLUSTER SETSLOTRANGE 8192 16383 IMPORTING " + a.node().ID,
+		pa + "CLUSTER SETSLOTRANGE 8192 16383 MIGRATING " + b.node().ID,
+		pa + "CLUSTER MOVEKEYS " + b.node().ID + " 2000",
+		pa + "CLUSTER MOVEKEYS " + b.node().ID + " 2000",
+		pa + "CLUSTER MOVEKEYS " + b.node().ID + " 2000",
+		pb + "CLUSTER SETTOPOLOGY",
+		pa + "CLUSTER SETTOPOLOGY",
+	}, order)
+	all := log.get()
+	require.Len(t, all, 7+6, all) // preflight, after the flip, at the end: 2 each
+	for _, l := range all[:2] {
+		assert.True(t, strings.HasSuffix(l, "GETSTATE"), l)
+	}
+}
+
+func TestClusterApplyStops(t *testing.T) {
+	t.Run("the source refuses to open: the destination is closed again", func(t *testing.T) {
+		a, b, log, path := movePair(t)
+		a.refuse = map[string]string{"CLUSTER SETSLOTRANGE": "ERR I'm not the owner of hash slot 8192"}
+		code, stdout, stderr := runClusterCLI("apply", path)
+		assert.Equal(t, 1, code)
+		assert.Equal(t, a.addr+" "+a.node().ID+" error: CLUSTER SETSLOTRANGE 8192 16383 MIGRATING: ERR I'm not the owner of hash slot 8192\n", stdout)
+		assert.Contains(t, stderr, "could not open slots 8192-16383 from "+a.addr+" to "+b.addr+"; no keys were moved")
+		assert.Contains(t, log.get(), strconv.Itoa(b.port)+" CLUSTER SETSLOTRANGE 8192 16383 STABLE")
+		assert.Empty(t, a.got())
+		assert.Empty(t, b.got())
+	})
+
+	t.Run("a move fails: no flip, the slots stay open", func(t *testing.T) {
+		a, b, log, path := movePair(t)
+		a.refuse = map[string]string{"CLUSTER MOVEKEYS": "ERR moved 200 keys, then " + b.addr + ": i/o timeout"}
+		code, stdout, stderr := runClusterCLI("apply", path)
+		assert.Equal(t, 1, code)
+		assert.Equal(t, a.addr+" "+a.node().ID+" error: CLUSTER MOVEKEYS to "+b.addr+": ERR moved 200 keys, then "+b.addr+": i/o timeout\n", stdout)
+		assert.Contains(t, stderr, "the slots stay open and served; run apply again to resume")
+		assert.Empty(t, a.got())
+		assert.Empty(t, b.got())
+		assert.NotContains(t, log.get(), strconv.Itoa(b.port)+" CLUSTER SETSLOTRANGE 8192 16383 STABLE")
+	})
+
+	t.Run("the destination refuses the flip: the source is not sent it", func(t *testing.T) {
+		a, b, _, path := movePair(t)
+		b.reply = replyStale
+		code, stdout, stderr := runClusterCLI("apply", path)
+		assert.Equal(t, 1, code)
+		assert.Equal(t,
+			a.addr+" "+a.node().ID+" error: not sent: a node of an earlier group refused\n"+
+				b.addr+" "+b.node().ID+" error: ERR epoch 1 is not newer than the current epoch 5\n", stdout)
+		assert.Contains(t, stderr, "2 of 2 nodes did not accept epoch 2")
+		assert.Empty(t, a.got())
+	})
+}
+
+func TestClusterApplyOrphans(t *testing.T) {
+	a, b, log, path := movePair(t)
+	doc, err := cluster.Parse([]byte(compacted(t, path)))
+	require.NoError(t, err)
+	// After the flip b reports 4 orphans; after MOVEKEYS ORPHANS, none.
+	b.states = append(b.states, fakeState(b.node().ID, 2, doc, 4), fakeState(b.node().ID, 2, doc, 0))
+	b.moves = []int64{4}
+	code, stdout, stderr := runClusterCLI("apply", path)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "moved 4 orphan keys from "+b.addr+" to "+a.addr+"\n")
+	assert.Contains(t, log.get(), strconv.Itoa(b.port)+" CLUSTER MOVEKEYS "+a.node().ID+" 5000 ORPHANS")
+
+	// Orphans that stay are reported.
+	a, b, _, path = movePair(t)
+	b.states = append(b.states, fakeState(b.node().ID, 2, doc, 4))
+	a.states = append(a.states, fakeState(a.node().ID, 2, doc, 0, `[[8192,"`+b.node().ID+`"]]`))
+	code, stdout, stderr = runClusterCLI("apply", path)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stdout, b.addr+" "+b.node().ID+" error: 4 orphan keys left\n")
+	assert.Contains(t, stdout, a.addr+" "+a.node().ID+" error: slots still open: [8192->-"+b.node().ID+"]\n")
+	assert.Contains(t, stderr, "epoch 2 is applied, but 2 of 2 nodes are not settled")
+}
+
+func TestClusterDump(t *testing.T) {
+	a, b, _, _ := movePair(t)
+	code, stdout, stderr := runClusterCLI("dump", a.addr)
+	require.Equal(t, 0, code, stderr)
+	top, err := cluster.Parse([]byte(stdout))
+	require.NoError(t, err)
+	want, err := top.Marshal()
+	require.NoError(t, err)
+	assert.Equal(t, string(want), stdout, "the format init prints")
+	assert.Equal(t, uint64(1), top.Epoch)
+	assert.Equal(t, [][2]int{{0, 16383}}, top.SlotsOf(a.node().ID))
+	assert.Empty(t, top.SlotsOf(b.node().ID))
+
+	none := startFake(t, &fakeNode{reply: replyOK})
+	code, stdout, stderr = runClusterCLI("dump", none.addr)
+	assert.Equal(t, 1, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "the node has no topology yet")
+
+	code, _, stderr = runClusterCLI("dump", deadAddr(t).Addr(), "--timeout", "1s")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "unreachable: ")
 }
 
 func TestClusterApplyPassword(t *testing.T) {
@@ -292,4 +560,279 @@ func TestClusterApplyAdminPassword(t *testing.T) {
 	assert.Equal(t, 1, code, "the admin password is tried as admin's, not the default user's")
 	assert.Contains(t, stdout, prefix+" error: WRONGPASS")
 	assert.Len(t, secured.got(), 1)
+}
+
+// planNodes are four nodes on 127.0.0.1:7001..7004 for the planning tables.
+var planNodes = func() []cluster.Node {
+	var out []cluster.Node
+	for p := 7001; p <= 7004; p++ {
+		out = append(out, cluster.Node{ID: cluster.NodeID("127.0.0.1", p), Host: "127.0.0.1", Port: p})
+	}
+	return out
+}()
+
+// planTop builds a validated topology; slots[i] are the ranges of
+// planNodes[i] (a missing entry or nil owns nothing). Node i is in the
+// document if i < len(slots).
+func planTop(t *testing.T, epoch uint64, slots ...[][2]int) *cluster.Topology {
+	t.Helper()
+	top := &cluster.Topology{Epoch: epoch}
+	for i, r := range slots {
+		top.Shards = append(top.Shards, cluster.Shard{Slots: r, Primary: planNodes[i], Replicas: []cluster.Node{}})
+	}
+	require.NoError(t, top.Validate())
+	return top
+}
+
+// planView is node i reporting epoch (its topology's), its topology and open
+// slots: "migrating"/"importing" map slot -> peer node index.
+func planView(i int, top *cluster.Topology, migrating, importing map[int]int) nodeView {
+	st := &nodeState{ID: planNodes[i].ID, Topology: top, Migrating: map[int]string{}, Importing: map[int]string{}}
+	if top != nil {
+		st.Epoch = top.Epoch
+	}
+	for s, p := range migrating {
+		st.Migrating[s] = planNodes[p].ID
+	}
+	for s, p := range importing {
+		st.Importing[s] = planNodes[p].ID
+	}
+	return nodeView{Node: planNodes[i], State: st}
+}
+
+func rng(lo, hi int) [2]int { return [2]int{lo, hi} }
+
+func TestClusterPlanApply(t *testing.T) {
+	three := func(epoch uint64) *cluster.Topology {
+		return planTop(t, epoch, [][2]int{rng(0, 5460)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)})
+	}
+	// moved: 0-99 from node 0 to node 1, 10923-11000 from node 2 to node 0.
+	moved := func(epoch uint64) *cluster.Topology {
+		return planTop(t, epoch,
+			[][2]int{rng(100, 5460), rng(10923, 11000)},
+			[][2]int{rng(0, 99), rng(5461, 10922)},
+			[][2]int{rng(11001, 16383)})
+	}
+	open := func(lo, hi, peer int) map[int]int {
+		m := map[int]int{}
+		for s := lo; s <= hi; s++ {
+			m[s] = peer
+		}
+		return m
+	}
+	n := planNodes
+	cases := []struct {
+		name  string
+		doc   *cluster.Topology
+		views []nodeView
+		moves []slotMove
+		join  *cluster.Topology // nil: no join step
+		err   string
+	}{
+		{
+			name:  "new cluster: nothing to move",
+			doc:   three(1),
+			views: []nodeView{planView(0, nil, nil, nil), planView(1, nil, nil, nil), planView(2, nil, nil, nil)},
+		},
+		{
+			name:  "same layout, higher epoch: nothing to move",
+			doc:   three(2),
+			views: []nodeView{planView(0, three(1), nil, nil), planView(1, three(1), nil, nil), planView(2, three(1), nil, nil)},
+		},
+		{
+			name:  "rebalance: one move per pair, sorted by source",
+			doc:   moved(2),
+			views: []nodeView{planView(2, three(1), nil, nil), planView(0, three(1), nil, nil), planView(1, three(1), nil, nil)},
+			moves: []slotMove{
+				{Src: n[0], Dst: n[1], Slots: cluster.Ranges{rng(0, 99)}},
+				{Src: n[2], Dst: n[0], Slots: cluster.Ranges{rng(10923, 11000)}},
+			},
+		},
+		{
+			name: "a move left open by an earlier run resumes",
+			doc:  moved(2),
+			views: []nodeView{
+				planView(0, three(1), open(0, 99, 1), nil),
+				planView(1, three(1), nil, open(0, 99, 0)),
+				planView(2, three(1), nil, nil),
+			},
+			moves: []slotMove{
+				{Src: n[0], Dst: n[1], Slots: cluster.Ranges{rng(0, 99)}},
+				{Src: n[2], Dst: n[0], Slots: cluster.Ranges{rng(10923, 11000)}},
+			},
+		},
+		{
+			name: "flip done on the destinations only: nothing left to move",
+			doc:  moved(2),
+			views: []nodeView{
+				planView(0, moved(2), nil, nil), // a destination: flipped, its importing cleared
+				planView(1, moved(2), nil, nil),
+				planView(2, three(1), open(10923, 11000, 0), nil),
+			},
+		},
+		{
+			name: "redis-cli stopped between SETSLOT NODE calls: the claimed target owns the slot",
+			doc:  planTop(t, 3, [][2]int{rng(100, 5460)}, [][2]int{rng(0, 99), rng(5461, 10922)}, [][2]int{rng(10923, 16383)}),
+			views: []nodeView{
+				planView(0, three(2), open(0, 99, 1), nil),
+				planView(1, planTop(t, 2, [][2]int{rng(100, 5460)}, [][2]int{rng(0, 99), rng(5461, 10922)}, [][2]int{rng(10923, 16383)}), nil, nil),
+				planView(2, three(2), nil, nil),
+			},
+		},
+		{
+			name: "the highest epoch's claim wins",
+			doc:  three(5),
+			views: []nodeView{
+				planView(0, three(1), nil, nil),
+				planView(1, planTop(t, 4, [][2]int{rng(0, 5460)}, [][2]int{rng(5461, 16383)}, nil), nil, nil), // took node 2's slots
+				planView(2, three(1), nil, nil), // still claims them, at an older epoch
+			},
+			moves: []slotMove{{Src: n[1], Dst: n[2], Slots: cluster.Ranges{rng(10923, 16383)}}},
+		},
+		{
+			name: "a node without a topology joins first, at the epoch below, and receives slots",
+			doc:  planTop(t, 3, [][2]int{rng(0, 4000)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)}, [][2]int{rng(4001, 5460)}),
+			views: []nodeView{
+				planView(0, three(1), nil, nil), planView(1, three(1), nil, nil), planView(2, three(1), nil, nil),
+				planView(3, nil, nil, nil),
+			},
+			moves: []slotMove{{Src: n[0], Dst: n[3], Slots: cluster.Ranges{rng(4001, 5460)}}},
+			join:  planTop(t, 2, [][2]int{rng(0, 5460)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)}, [][2]int{}),
+		},
+		{
+			name: "a joining node leaves no epoch between the nodes' and the document's",
+			doc:  planTop(t, 2, [][2]int{rng(0, 4000)}, [][2]int{rng(5461, 10922)}, [][2]int{rng(10923, 16383)}, [][2]int{rng(4001, 5460)}),
+			views: []nodeView{
+				planView(0, three(1), nil, nil), planView(1, three(1), nil, nil), planView(2, three(1), nil, nil),
+				planView(3, nil, nil, nil),
+			},
+			err: "node 127.0.0.1:7001 is at epoch 1: write the document with an epoch above 2 (new nodes join at the epoch below the document's)",
+		},
+		{
+			name: "a node the document leaves out hands its slots over",
+			doc:  planTop(t, 3, [][2]int{rng(0, 10922)}, [][2]int{rng(10923, 16383)}),
+			views: []nodeView{
+				planView(0, planTop(t, 1, [][2]int{rng(0, 5460)}, nil, [][2]int{rng(10923, 16383)}), nil, nil),
+				planView(1, planTop(t, 1, [][2]int{rng(0, 5460)}, nil, [][2]int{rng(10923, 16383)}), nil, nil),
+				planView(2, planTop(t, 1, [][2]int{rng(0, 5460)}, nil, [][2]int{rng(5461, 10922), rng(10923, 16383)}), nil, nil),
+			},
+			// node 2 claims 5461-16383 at epoch 1 in its own view; node 1 is
+			// in every view, with no slots, so nobody needs to join.
+			moves: []slotMove{
+				{Src: n[2], Dst: n[0], Slots: cluster.Ranges{rng(5461, 10922)}},
+				{Src: n[2], Dst: n[1], Slots: cluster.Ranges{rng(10923, 16383)}},
+			},
+		},
+		{
+			name:  "a node at the document's epoch with another layout",
+			doc:   moved(2),
+			views: []nodeView{planView(0, three(1), nil, nil), planView(1, three(2), nil, nil), planView(2, three(1), nil, nil)},
+			err:   "node 127.0.0.1:7002 is at epoch 2: write the document with an epoch above 2",
+		},
+		{
+			name: "the node with the highest epoch is named",
+			doc:  moved(4),
+			views: []nodeView{
+				planView(0, three(5), nil, nil), planView(1, three(7), nil, nil), planView(2, three(3), nil, nil),
+			},
+			err: "node 127.0.0.1:7002 is at epoch 7: write the document with an epoch above 7",
+		},
+		{
+			name: "a slot migrating to a node the document does not give it to",
+			doc:  moved(2),
+			views: []nodeView{
+				planView(0, three(1), map[int]int{5: 2}, nil),
+				planView(1, three(1), nil, nil),
+				planView(2, three(1), nil, map[int]int{5: 0}),
+			},
+			err: "slot 5 is migrating on 127.0.0.1:7001 to node " + n[2].ID + ", but the document gives it to node " + n[1].ID,
+		},
+		{
+			name: "a slot importing that the document leaves where it is",
+			doc:  moved(2),
+			views: []nodeView{
+				planView(0, three(1), nil, nil),
+				planView(1, three(1), nil, nil),
+				planView(2, three(1), nil, map[int]int{6000: 1}),
+			},
+			err: "slot 6000 is importing on 127.0.0.1:7003 from node " + n[1].ID + ", but the document gives it to node " + n[1].ID,
+		},
+		{
+			name: "a move the document abandons is refused, not rolled back",
+			doc:  three(2),
+			views: []nodeView{
+				planView(0, three(1), open(0, 0, 1), nil),
+				planView(1, three(1), nil, open(0, 0, 0)),
+				planView(2, three(1), nil, nil),
+			},
+			err: "slot 0 is migrating on 127.0.0.1:7001 to node " + n[1].ID + ", but the document gives it to node " + n[0].ID,
+		},
+		{
+			name: "two nodes claim a slot at the same epoch",
+			doc:  three(2),
+			views: []nodeView{
+				planView(0, three(1), nil, nil),
+				planView(1, planTop(t, 1, [][2]int{rng(1, 5460)}, [][2]int{rng(0, 0), rng(5461, 10922)}, [][2]int{rng(10923, 16383)}), nil, nil),
+				planView(2, three(1), nil, nil),
+			},
+			err: "slot 0 is claimed by both 127.0.0.1:7001 and 127.0.0.1:7002 at epoch 1",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			plan, err := planApply(c.doc, c.views)
+			moves := plan.Moves
+			if c.err != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), c.err)
+				return
+			}
+			require.NoError(t, err)
+			if c.join == nil {
+				assert.Nil(t, plan.Join)
+			} else if assert.NotNil(t, plan.Join) {
+				want, _ := c.join.Marshal()
+				got, _ := plan.Join.Marshal()
+				assert.Equal(t, string(want), string(got))
+			}
+			if len(c.moves) == 0 {
+				assert.Empty(t, moves)
+				return
+			}
+			assert.Equal(t, c.moves, moves)
+		})
+	}
+}
+
+func TestClusterParseNodeState(t *testing.T) {
+	doc, err := planTop(t, 3, [][2]int{rng(0, 16383)}, nil).Marshal()
+	require.NoError(t, err)
+	st, err := parseNodeState([]byte(`{"id":"` + planNodes[0].ID + `","epoch":3,"topology":` + string(doc) +
+		`,"migrating":[[5,"` + planNodes[1].ID + `"]],"importing":[[7,"` + planNodes[1].ID + `"]],"orphans":2,"migrated":10,"imported":4}`))
+	require.NoError(t, err)
+	assert.Equal(t, planNodes[0].ID, st.ID)
+	assert.Equal(t, uint64(3), st.Epoch)
+	require.NotNil(t, st.Topology)
+	assert.Equal(t, [][2]int{rng(0, 16383)}, st.Topology.SlotsOf(planNodes[0].ID))
+	assert.Equal(t, map[int]string{5: planNodes[1].ID}, st.Migrating)
+	assert.Equal(t, map[int]string{7: planNodes[1].ID}, st.Importing)
+	assert.Equal(t, int64(2), st.Orphans)
+	assert.Equal(t, "[5->-"+planNodes[1].ID+"] [7-<-"+planNodes[1].ID+"]", openSlotsText(st))
+
+	st, err = parseNodeState([]byte(`{"id":"` + planNodes[0].ID + `","epoch":0,"topology":null,"migrating":[],"importing":[],"orphans":0,"migrated":0,"imported":0}`))
+	require.NoError(t, err)
+	assert.Nil(t, st.Topology)
+	assert.Empty(t, openSlotsText(st))
+
+	for _, bad := range []string{
+		`not json`,
+		`{"epoch":1}`,
+		`{"id":"x","migrating":[[5]]}`,
+		`{"id":"x","migrating":[[16384,"y"]]}`,
+		`{"id":"x","importing":[["5","y"]]}`,
+		`{"id":"x","topology":{"epoch":0,"shards":[]}}`,
+	} {
+		_, err := parseNodeState([]byte(bad))
+		assert.Error(t, err, bad)
+	}
 }

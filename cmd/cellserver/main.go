@@ -119,7 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", 10000, "maximum simultaneous connections of the HTTP check and, counted apart, of the gRPC service")
 	rlHeaders := fs.String("rate-limit-headers", header.Default.String(), "header sets the gateways write: a comma list of ietf (RateLimit, RateLimit-Policy), x (X-RateLimit-*, Reset in epoch seconds) or x-delta (Reset in seconds from now), or none")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n       cellserver cluster init --nodes host:port,...\n       cellserver cluster apply FILE\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: cellserver [flags]\n       cellserver cluster init --nodes host:port,...\n       cellserver cluster apply FILE\n       cellserver cluster dump HOST:PORT\n\nA Redis-protocol rate-limit server answering CL.THROTTLE like redis-cell.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

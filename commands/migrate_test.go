@@ -1,0 +1,139 @@
+package commands
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cellserver/cellserver/cluster"
+)
+
+// twoNodes is a harness for node 127.0.0.1:7001 of a two-node cluster
+// (7001 owns slots 0-8191, 7002 the rest); it returns the two node ids.
+func twoNodes(t *testing.T, extra ...func(*Config)) (*harness, string, string) {
+	t.Helper()
+	cfg := Config{Cluster: ClusterConfig{Mode: ClusterYes, Host: "127.0.0.1", Port: 7001}}
+	for _, f := range extra {
+		f(&cfg)
+	}
+	h := newHarness(t, cfg)
+	top, err := cluster.Init([]string{"127.0.0.1:7001", "127.0.0.1:7002"}, 1)
+	require.NoError(t, err)
+	doc, err := top.Marshal()
+	require.NoError(t, err)
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
+	return h, top.Shards[0].Primary.ID, top.Shards[1].Primary.ID
+}
+
+// keyOfSlot returns a key of slot.
+func keyOfSlot(t *testing.T, p string, slot int) string {
+	t.Helper()
+	for i := range 1 << 22 {
+		if k := fmt.Sprintf("%s%d", p, i); cluster.KeySlot([]byte(k)) == slot {
+			return k
+		}
+	}
+	t.Fatalf("no key of slot %d", slot)
+	return ""
+}
+
+func TestSetSlotErrors(t *testing.T) {
+	h, me, other := twoNodes(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"CLUSTER", "SETSLOT", "16384", "STABLE"}, ErrBadSlot},
+		{[]string{"CLUSTER", "SETSLOT", "x", "STABLE"}, ErrBadSlot},
+		{[]string{"CLUSTER", "SETSLOT", "1", "BOGUS"}, ErrSetSlotSyntax},
+		{[]string{"CLUSTER", "SETSLOT", "1", "STABLE", "extra"}, ErrSetSlotSyntax},
+		{[]string{"CLUSTER", "SETSLOT", "1", "MIGRATING"}, ErrSetSlotSyntax},
+		{[]string{"CLUSTER", "SETSLOT", "9000", "MIGRATING", other}, "ERR I'm not the owner of hash slot 9000"},
+		{[]string{"CLUSTER", "SETSLOT", "1", "IMPORTING", other}, "ERR I'm already the owner of hash slot 1"},
+		{[]string{"CLUSTER", "SETSLOT", "1", "MIGRATING", strings.Repeat("a", 40)}, "ERR I don't know about node " + strings.Repeat("a", 40)},
+		{[]string{"CLUSTER", "SETSLOT", "1", "MIGRATING", me}, "ERR Target node is this node"},
+		{[]string{"CLUSTER", "SETSLOT", "1", "NODE", "nope"}, "ERR Unknown node nope"},
+		{[]string{"CLUSTER", "SETSLOTRANGE", "10", "5", "STABLE"}, ErrBadSlot},
+		{[]string{"CLUSTER", "SETSLOTRANGE", "8190", "8193", "MIGRATING", other}, "ERR I'm not the owner of hash slot 8192"},
+		{[]string{"CLUSTER", "MOVEKEYS", me, "100"}, "ERR Target node is this node"},
+		{[]string{"MIGRATE", "127.0.0.1", "7002", "k", "0", "100", "COPY"}, "ERR MIGRATE COPY is not supported: a limiter key lives on one node"},
+		{[]string{"MIGRATE", "127.0.0.1", "7002", "k", "0", "100", "KEYS", "a"}, ErrMigrateKeysArg},
+		{[]string{"MIGRATE", "127.0.0.1", "7002", "", "1", "100", "KEYS", "a"}, "ERR Target instance replied with error: ERR DB index is out of range"},
+		{[]string{"MIGRATE", "10.9.9.9", "7002", "", "0", "100", "KEYS", "a"}, "ERR MIGRATE target 10.9.9.9:7002 is not a primary of this cluster"},
+		{[]string{"MIGRATE", "127.0.0.1", "7002", "", "0", "100", "KEYS", "a", "b"}, ErrCrossSlot},
+	} {
+		assert.Equal(t, "-"+c.want+"\r\n", h.do(c.args), "%q", c.args)
+	}
+	// The range refusal changed nothing.
+	assert.NotContains(t, h.do([]string{"CLUSTER", "NODES"}), "->-")
+}
+
+// TestMigratingSlotServesWhatItHolds: on the source, a key still here is
+// served, a missing one is ASKed for on the target, several keys of which
+// some moved get TRYAGAIN; the open slot shows in CLUSTER NODES as
+// redis-cli reads it; the slot cannot be given up while keys remain.
+func TestMigratingSlotServesWhatItHolds(t *testing.T) {
+	h, me, other := twoNodes(t)
+	held, gone := keyOfSlot(t, "held", 5), keyOfSlot(t, "gone", 5)
+	assert.Equal(t, "*5\r\n:0\r\n", h.do([]string{"CL.THROTTLE", held, "5", "1", "60"})[:8])
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "5", "migrating", other}))
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "5", "MIGRATING", other}), "a repeat is OK")
+	assert.Contains(t, h.do([]string{"CLUSTER", "NODES"}), me+" 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-8191 [5->-"+other+"]\n")
+	assert.Equal(t, "*5\r\n:0\r\n", h.do([]string{"CL.THROTTLE", held, "5", "1", "60"})[:8], "held here: served")
+	assert.Equal(t, "-ASK 5 127.0.0.1:7002\r\n", h.do([]string{"CL.THROTTLE", gone, "5", "1", "60"}))
+	assert.Equal(t, "-ASK 5 127.0.0.1:7002\r\n", h.do([]string{"GET", gone}))
+	assert.Equal(t, "-"+ErrTryAgain+"\r\n", h.do([]string{"DEL", held, gone}))
+	assert.Equal(t, fmt.Sprintf("-"+errHoldsKeys+"\r\n", 5), h.do([]string{"CLUSTER", "SETSLOT", "5", "NODE", other}))
+	assert.Contains(t, h.do([]string{"INFO", "cluster"}), "cluster_ask_replies:2\r\ncluster_tryagain_replies:1\r\ncluster_migrating_slots:1\r\n")
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "5", "STABLE"}))
+	assert.Equal(t, "*5\r\n:0\r\n", h.do([]string{"CL.THROTTLE", gone, "5", "1", "60"})[:8], "stable again: served here")
+}
+
+// TestImportingSlotNeedsAsking: a slot importing here is served only to the
+// command right after ASKING (inside MULTI: until EXEC); any other gets
+// MOVED to the owner.
+func TestImportingSlotNeedsAsking(t *testing.T) {
+	h, me, other := twoNodes(t)
+	k := keyOfSlot(t, "in", 9000)
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "9000", "IMPORTING", other}))
+	assert.Contains(t, h.do([]string{"CLUSTER", "NODES"}), " [9000-<-"+other+"]\n")
+	assert.NotContains(t, h.do([]string{"CLUSTER", "NODES"}), me+" 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-8191 9000")
+	moved := "-MOVED 9000 127.0.0.1:7002\r\n"
+	assert.Equal(t, moved, h.do([]string{"CL.THROTTLE", k, "5", "1", "60"}))
+	out := h.do([]string{"ASKING"}, []string{"CL.THROTTLE", k, "5", "1", "60"}, []string{"CL.THROTTLE", k, "5", "1", "60"})
+	assert.True(t, strings.HasPrefix(out, "+OK\r\n*5\r\n:0\r\n"), out)
+	assert.True(t, strings.HasSuffix(out, moved), "ASKING lasts one command: %q", out)
+	out = h.do([]string{"ASKING"}, []string{"MULTI"}, []string{"CL.THROTTLE", k, "5", "1", "60"}, []string{"GET", k}, []string{"EXEC"})
+	assert.True(t, strings.HasPrefix(out, "+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n*5\r\n:0\r\n"), "inside MULTI until EXEC: %q", out)
+	assert.Equal(t, moved, h.do([]string{"GET", k}))
+	// The slot flips here: served without ASKING, the epoch bumped.
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "9000", "NODE", me}))
+	assert.Contains(t, h.do([]string{"CLUSTER", "NODES"}), me+" 127.0.0.1:7001@17001 myself,master - 0 0 2 connected 0-8191 9000\n")
+	assert.Equal(t, "*5\r\n:0\r\n", h.do([]string{"CL.THROTTLE", k, "5", "1", "60"})[:8])
+}
+
+// TestSetTopologyRefusesToDropKeys: a document that takes a slot holding
+// keys away from this node is refused, with Redis's text, and changes
+// nothing: the keys are moved first (CLUSTER MOVEKEYS), never dropped. The
+// same document again at the same epoch is OK once applied (a re-run).
+func TestSetTopologyRefusesToDropKeys(t *testing.T) {
+	h, _, _ := twoNodes(t)
+	k := keyOfSlot(t, "k", 100)
+	h.do([]string{"CL.THROTTLE", k, "5", "1", "60"})
+	top, err := cluster.Init([]string{"127.0.0.1:7001", "127.0.0.1:7002"}, 2)
+	require.NoError(t, err)
+	top.Shards[0].Slots = [][2]int{{101, 8191}}
+	top.Shards[1].Slots = [][2]int{{0, 100}, {8192, 16383}}
+	require.NoError(t, top.Validate())
+	doc, err := top.Marshal()
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprintf("-"+errHoldsKeys+"\r\n", 100), h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
+	assert.Contains(t, h.do([]string{"CLUSTER", "NODES"}), "connected 0-8191\n")
+	h.do([]string{"DEL", k})
+	assert.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
+	assert.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}), "the same document again")
+	assert.Equal(t, "-MOVED 100 127.0.0.1:7002\r\n", h.do([]string{"GET", k}))
+}
