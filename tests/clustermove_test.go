@@ -325,6 +325,15 @@ func (h *mvHammer) StopAfter(minRounds int64, d time.Duration) {
 	h.wg.Wait()
 }
 
+// Replies is the number of calls answered so far.
+func (h *mvHammer) Replies() int64 {
+	var n int64
+	for i := range h.replies {
+		n += h.replies[i].Load()
+	}
+	return n
+}
+
 // Errors is the number of calls that failed, and a few of their messages.
 func (h *mvHammer) Errors() (int64, []string) {
 	var n int64
@@ -643,6 +652,12 @@ func TestClusterMovesExactUnderLoad(t *testing.T) {
 	rdb := clClusterClient(t, nodes, func(o *redis.ClusterOptions) { o.ReadTimeout = 10 * time.Second })
 	hammer := mvStartHammer(ctx, rdb, keys, 8, 1000)
 	pyStop := mvStartPyHammer(t, py, nodes, keys, 90)
+	// Every key exists, partly spent, before the first move: the moves then
+	// carry live state, the case where an extra burst would show.
+	for deadline := time.Now().Add(20 * time.Second); hammer.rounds.Load() < 3 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, hammer.rounds.Load(), int64(3), "the go-redis hammer did not finish 3 rounds within 20s")
 
 	// Epochs 2..5: [0, 999] to node 2, [5461, 6460] to node 3,
 	// [10923, 11922] to node 1, then [0, 999] on to node 3.
@@ -705,10 +720,10 @@ func TestClusterKillNewOwnerMidMove(t *testing.T) { mvKillMidMove(t, false) }
 
 // mvKillMidMove: three durable nodes (--fsync always) with 30,000 exhausted
 // keys and a go-redis hammer on 3,000 more. Three times: a move of ~2,000
-// slots starts, slowed by DEBUG MIGRATE-DELAY; once the source has sent a
-// batch, the source (killOld) or the target is killed with SIGKILL and
-// restarted on its port with its data dir; `cluster apply` with the same
-// document then completes the move. No exhausted key may come back fresh,
+// slots starts, slowed by DEBUG MIGRATE-DELAY; once the source has sent
+// one batch, ~1,000 or ~2,500 keys, the source (killOld) or the target is
+// killed with SIGKILL and restarted on its port with its data dir; `cluster
+// apply` with the same document then completes the move. No exhausted key may come back fresh,
 // no hammered key may exceed its limit, and at the end no slot is open and
 // no node holds keys of a slot it does not own.
 func mvKillMidMove(t *testing.T, killOld bool) {
@@ -739,8 +754,10 @@ func mvKillMidMove(t *testing.T, killOld bool) {
 	hammer := mvStartHammer(ctx, rdb, hkeys, 6, 1000)
 
 	// Each move takes ~2,000 slots (~3,700 preloaded keys, >= 37 batches)
-	// from one node to the next: 1 -> 2, 2 -> 3, 3 -> 1.
+	// from one node to the next: 1 -> 2, 2 -> 3, 3 -> 1; the kill lands
+	// after the first batch, after ~1,000 keys, then after ~2,500.
 	moves := []struct{ lo, hi, from, to int }{{0, 1999, 0, 1}, {5461, 7460, 1, 2}, {10923, 12922, 2, 0}}
+	killAfter := []int64{1, 1000, 2500}
 	cur := doc
 	for it, m := range moves {
 		next := mvMove(cur, uint64(it+2), m.lo, m.hi, m.to)
@@ -763,25 +780,26 @@ func mvKillMidMove(t *testing.T, killOld bool) {
 			o, e, c, err := mvApplyRun(file, 60*time.Second)
 			applied <- result{o, e, c, err}
 		}()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(15 * time.Second)
 		var migrated int64
 		for {
 			st, err := mvTryGetState(src)
-			if err == nil && st.Migrated > base0 {
+			if err == nil && st.Migrated-base0 >= killAfter[it] {
 				migrated = st.Migrated - base0
 				break
 			}
 			select {
 			case r := <-applied:
-				t.Fatalf("move %d: apply ended (exit %d, %v) before node %d sent a key (GETSTATE %+v, %v):\n%s\n%s", it+1, r.code, r.err, m.from+1, st, err, r.out, r.errOut)
+				t.Fatalf("move %d: apply ended (exit %d, %v) before node %d sent %d keys (GETSTATE %+v, %v):\n%s\n%s", it+1, r.code, r.err, m.from+1, killAfter[it], st, err, r.out, r.errOut)
 			default:
 			}
 			if time.Now().After(deadline) {
 				r := <-applied
-				t.Fatalf("move %d: node %d sent no key within 10s (GETSTATE %+v, %v); apply exit %d:\n%s\n%s", it+1, m.from+1, st, err, r.code, r.out, r.errOut)
+				t.Fatalf("move %d: node %d sent fewer than %d keys within 15s (GETSTATE %+v, %v); apply exit %d:\n%s\n%s", it+1, m.from+1, killAfter[it], st, err, r.code, r.out, r.errOut)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+		repliesAtKill := hammer.Replies()
 		mvKill9(t, nodes[victim])
 		r := <-applied
 		require.NoError(t, r.err)
@@ -800,6 +818,7 @@ func mvKillMidMove(t *testing.T, killOld bool) {
 		t.Logf("node %d after restart: epoch %d, %d migrating, %d importing, %d orphans", victim+1, st.Epoch, len(st.Migrating), len(st.Importing), st.Orphans)
 		out := mvApplyOK(t, next)
 		t.Logf("move %d: apply again:\n%s", it+1, strings.TrimSpace(out))
+		t.Logf("move %d: the hammer got %d replies between the kill and the end of the second apply", it+1, hammer.Replies()-repliesAtKill)
 		mvNoOpenSlots(t, cs)
 		mvCheckLayout(t, cs, next)
 		cur = next
