@@ -838,6 +838,127 @@ func mvKillMidMove(t *testing.T, killOld bool) {
 	assert.Equal(t, len(pre)+len(hkeys), counts[0]+counts[1]+counts[2], "every preloaded and hammered key is held by exactly one node")
 }
 
+// TestClusterKillApplyMidMove: the operator's `cluster apply` itself dies
+// (SIGKILL) in the middle of a move, and later once more between the flip
+// of the new owner and the flip of the others (done here by hand, as the
+// apply would). Nothing is lost meanwhile, the open slots keep being served
+// exactly, and apply run again with the same document completes each time.
+func TestClusterKillApplyMidMove(t *testing.T) {
+	nodes := clStartNodes(t, 3, "--enable-debug-command", "yes")
+	doc := clInit(t, nodes, 1)
+	clApplyOK(t, doc)
+	cs := clClients(t, nodes)
+	ctx := ctxT(t, 60*time.Second)
+	pre := mvKeys("ka:", 6000)
+	mvPreload(t, cs, doc, pre)
+	hkeys := mvKeys("kh:", 1000)
+	rdb := clClusterClient(t, nodes, func(o *redis.ClusterOptions) { o.ReadTimeout = 10 * time.Second })
+	hammer := mvStartHammer(ctx, rdb, hkeys, 4, 1000)
+
+	// [0, 2999] (~1,100 preloaded keys) from node 1 to node 2.
+	next := mvMove(doc, 2, 0, 2999, 1)
+	file := clWriteDoc(t, next)
+	require.NoError(t, cs[0].Do(ctx, "DEBUG", "MIGRATE-DELAY", 200).Err())
+	apply := exec.Command(binPath, "cluster", "apply", file)
+	var o bytes.Buffer
+	apply.Stdout, apply.Stderr = &o, &o
+	require.NoError(t, apply.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- apply.Wait() }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := mvTryGetState(cs[0])
+		if err == nil && st.Migrated >= 300 {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("apply ended (%v) before node 1 sent 300 keys:\n%s", err, o.String())
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "node 1 sent fewer than 300 keys within 15s (GETSTATE %+v, %v)", st, err)
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, apply.Process.Kill())
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("cluster apply did not exit within 10s of SIGKILL")
+	}
+	// Node 1's MOVEKEYS may go on without its client; the apply run again
+	// right away then starts a second one while the first still runs.
+	st1, st2 := mvGetState(t, cs[0]), mvGetState(t, cs[1])
+	t.Logf("apply killed: node 1 epoch %d, %d slots migrating, %d keys sent; node 2 %d slots importing, %d keys received",
+		st1.Epoch, len(st1.Migrating), st1.Migrated, len(st2.Importing), st2.Imported)
+	assert.Len(t, st1.Migrating, 3000, "node 1's slots stay open after apply died")
+	assert.Len(t, st2.Importing, 3000, "node 2's slots stay open after apply died")
+	assert.Equal(t, uint64(1), st1.Epoch)
+	type result struct {
+		out, errOut string
+		code        int
+		err         error
+	}
+	again := make(chan result, 1)
+	go func() {
+		o, e, c, err := mvApplyRun(file, 60*time.Second)
+		again <- result{o, e, c, err}
+	}()
+	// The open slots are served exactly meanwhile: the preloaded keys are
+	// limited on whichever side holds them (through the ClusterClient,
+	// which follows ASK).
+	var fresh []string
+	for _, k := range pre {
+		if s := clSlot(k); s > 2999 {
+			continue
+		}
+		r, err := clThrottle(ctx, rdb, k, 0, 1, 3600)
+		require.NoError(t, err, k)
+		if r[0] == 0 && len(fresh) < 5 {
+			fresh = append(fresh, k)
+		}
+	}
+	assert.Empty(t, fresh, "preloaded keys fresh while the move was resumed")
+	r := <-again
+	require.NoError(t, r.err)
+	require.Equal(t, 0, r.code, "apply again: stdout:\n%s\nstderr:\n%s", r.out, r.errOut)
+	t.Logf("apply again:\n%s", strings.TrimSpace(r.out))
+	require.NoError(t, cs[0].Do(ctx, "DEBUG", "MIGRATE-DELAY", 0).Err())
+	mvNoOpenSlots(t, cs)
+	mvCheckLayout(t, cs, next)
+
+	// Epoch 3: [3000, 4999] to node 3, opened and moved by hand, flipped on
+	// node 3 only, as an apply killed right after its first SETTOPOLOGY.
+	doc3 := mvMove(next, 3, 3000, 4999, 2)
+	id1, id3 := doc.Shards[0].Primary.ID, doc.Shards[2].Primary.ID
+	require.NoError(t, cs[2].Do(ctx, "CLUSTER", "SETSLOTRANGE", 3000, 4999, "IMPORTING", id1).Err())
+	require.NoError(t, cs[0].Do(ctx, "CLUSTER", "SETSLOTRANGE", 3000, 4999, "MIGRATING", id3).Err())
+	for i := 0; ; i++ {
+		require.Less(t, i, 100, "MOVEKEYS by hand did not finish")
+		n, err := cs[0].Do(ctx, "CLUSTER", "MOVEKEYS", id3, 10000).Int64()
+		require.NoError(t, err)
+		if n == 0 {
+			break
+		}
+	}
+	b3, err := json.Marshal(doc3)
+	require.NoError(t, err)
+	require.NoError(t, cs[2].Do(ctx, "CLUSTER", "SETTOPOLOGY", string(b3)).Err(), "flip on node 3 (the new owner)")
+	out := mvApplyOK(t, doc3)
+	t.Logf("apply after a half-done flip:\n%s", strings.TrimSpace(out))
+
+	hammer.StopAfter(mvLimit+2, 30*time.Second)
+	n, msgs := hammer.Errors()
+	assert.Zero(t, n, "go-redis ClusterClient errors: %v", msgs)
+	tally := newMvTally()
+	tally.addHammer(hammer)
+	mvCheckExact(t, tally, hkeys, true)
+	mvCheckLimited(t, cs, doc3, pre)
+	mvNoOpenSlots(t, cs)
+	mvCheckLayout(t, cs, doc3)
+	counts := mvNoOrphans(t, cs, doc3)
+	assert.Equal(t, len(pre)+len(hkeys), counts[0]+counts[1]+counts[2], "keys per node %v", counts)
+}
+
 // ---------------------------------------------------------------------------
 // 3. A move to a node that is down or refuses changes nothing
 // ---------------------------------------------------------------------------
