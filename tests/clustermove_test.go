@@ -708,6 +708,13 @@ func TestClusterMovesExactUnderLoad(t *testing.T) {
 	mvCheckLayout(t, cs, cur)
 	counts := mvNoOrphans(t, cs, cur)
 	assert.Equal(t, len(keys), counts[0]+counts[1]+counts[2], "keys held by the nodes, per node %v", counts)
+	// What apply left is a cluster redis-cli agrees with (CLUSTER NODES,
+	// epochs, no open slot), when redis-cli is here.
+	if cli, err := exec.LookPath("redis-cli"); err == nil {
+		mvCheckCluster(t, cli, nodes)
+	} else {
+		t.Log("!!! redis-cli not installed: the final redis-cli --cluster check NOT RUN !!!")
+	}
 }
 
 // ---------------------------------------------------------------------------
