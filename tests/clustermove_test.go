@@ -721,9 +721,16 @@ func TestClusterMovesExactUnderLoad(t *testing.T) {
 // 2. kill -9 of the old or the new owner in the middle of a move
 // ---------------------------------------------------------------------------
 
-func TestClusterKillOldOwnerMidMove(t *testing.T) { mvKillMidMove(t, true) }
+func TestClusterKillOldOwnerMidMove(t *testing.T) { mvKillMidMove(t, true, "always") }
 
-func TestClusterKillNewOwnerMidMove(t *testing.T) { mvKillMidMove(t, false) }
+func TestClusterKillNewOwnerMidMove(t *testing.T) { mvKillMidMove(t, false, "always") }
+
+// TestClusterKillNewOwnerMidMoveEverysec: under --fsync everysec too, the
+// target acknowledges moved keys only once they are on disk (the move is
+// synced under every policy but no), so no preloaded key comes back fresh.
+// Ordinary decisions of the last second on the killed node may be lost
+// under everysec, so the hammered keys' totals are only logged.
+func TestClusterKillNewOwnerMidMoveEverysec(t *testing.T) { mvKillMidMove(t, false, "everysec") }
 
 // mvKillMidMove: three durable nodes (--fsync always) with 30,000 exhausted
 // keys and a go-redis hammer on 3,000 more. Three times: a move of ~2,000
@@ -733,15 +740,18 @@ func TestClusterKillNewOwnerMidMove(t *testing.T) { mvKillMidMove(t, false) }
 // apply` with the same document then completes the move. No exhausted key may come back fresh,
 // no hammered key may exceed its limit, and at the end no slot is open and
 // no node holds keys of a slot it does not own.
-func mvKillMidMove(t *testing.T, killOld bool) {
+func mvKillMidMove(t *testing.T, killOld bool, fsync string) {
 	base := t.TempDir()
-	args := func(i int) []string {
+	argsFor := func(i int, policy string) []string {
 		return []string{"--cluster", "yes", "--data-dir", filepath.Join(base, fmt.Sprint("n", i+1)),
-			"--fsync", "always", "--enable-debug-command", "yes"}
+			"--fsync", policy, "--enable-debug-command", "yes"}
 	}
+	args := func(i int) []string { return argsFor(i, fsync) }
+	// The preload runs under --fsync always, so that it is on disk
+	// whatever the policy of the moves.
 	var nodes []*server
 	for i := 0; i < 3; i++ {
-		nodes = append(nodes, startServer(t, args(i)...))
+		nodes = append(nodes, startServer(t, argsFor(i, "always")...))
 	}
 	doc := clInit(t, nodes, 1)
 	clApplyOK(t, doc)
@@ -752,6 +762,13 @@ func mvKillMidMove(t *testing.T, killOld bool) {
 	start := time.Now()
 	mvPreload(t, cs, doc, pre)
 	t.Logf("preloaded %d exhausted keys in %v", len(pre), time.Since(start).Round(time.Millisecond))
+	if fsync != "always" {
+		for i := range nodes {
+			require.Equal(t, 0, nodes[i].Stop(), "node %d exit status after SIGTERM", i+1)
+			nodes[i] = clStartOnPort(t, nodes[i].Port, args(i)...)
+			cs[i] = nodes[i].Client(t)
+		}
+	}
 
 	hkeys := mvKeys("hk:", 3000)
 	rdb := clClusterClient(t, nodes, func(o *redis.ClusterOptions) {
@@ -835,7 +852,15 @@ func mvKillMidMove(t *testing.T, killOld bool) {
 	t.Logf("go-redis hammer: %d rounds, %d errors (calls to the killed node), e.g. %v", hammer.rounds.Load(), goErrs, goMsgs)
 	tally := newMvTally()
 	tally.addHammer(hammer)
-	mvCheckExact(t, tally, hkeys, false)
+	if fsync == "always" {
+		mvCheckExact(t, tally, hkeys, false)
+	} else {
+		extra := int64(0)
+		for _, k := range hkeys {
+			extra += max(0, tally.allowed[k]-mvLimit)
+		}
+		t.Logf("--fsync %s: %d extra calls on hammered keys (decisions of the last second on a killed node may be lost)", fsync, extra)
+	}
 
 	mvCheckLimited(t, cs, cur, pre)
 	mvNoOpenSlots(t, cs)
