@@ -703,6 +703,51 @@ func TestClusterMovesExactUnderLoad(t *testing.T) {
 	t.Logf("ASK replies: %d, TRYAGAIN replies: %d, keys migrated: %d", asks, mvSumINFO(t, cs, "cluster_tryagain_replies"), mvSumINFO(t, cs, "cluster_keys_migrated"))
 	assert.Positive(t, asks, "no ASK reply during 4 moves under load: the clients never met a key that had already moved")
 	assert.Positive(t, movedKeys, "apply reported no keys moved")
+	mvNoOpenSlots(t, cs)
+	mvCheckLayout(t, cs, cur)
+
+	// Each client, on its own, follows an ASK: a slot of node 1 opened by
+	// hand towards node 2, and a new key of it (absent on node 1, so node 1
+	// answers ASK) sent through each client must be served by node 2.
+	const askSlot = 4000
+	require.Equal(t, 0, cur.owner(askSlot))
+	id1, id2 := cur.Shards[0].Primary.ID, cur.Shards[1].Primary.ID
+	require.NoError(t, cs[1].Do(ctx, "CLUSTER", "SETSLOT", askSlot, "IMPORTING", id1).Err())
+	require.NoError(t, cs[0].Do(ctx, "CLUSTER", "SETSLOT", askSlot, "MIGRATING", id2).Err())
+	probe := clKeysInSlots("ask:", 2, func(s int) bool { return s == askSlot })
+	asks0 := clInfo(t, cs[0], "cluster", "cluster_ask_replies")
+	r, err := clThrottle(ctx, rdb, probe[0], mvBurst, mvCount, mvPeriod)
+	require.NoError(t, err, "go-redis through an ASK")
+	assert.Equal(t, int64(0), r[0])
+	var pyProbe mvPyRun
+	stopFile := filepath.Join(t.TempDir(), "stop")
+	clRunJSON(t, "redispy", py, "cluster_hammer.py", map[string]any{
+		"nodes": []map[string]any{{"host": "127.0.0.1", "port": nodes[0].Port}}, "keys": probe[1:],
+		"args": []int{mvBurst, mvCount, mvPeriod}, "stop_file": stopFile, "max_rounds": 1, "max_seconds": 20,
+	}, &pyProbe)
+	assert.Zero(t, pyProbe.Errors, "redis-py through an ASK: %v", pyProbe.Messages)
+	assert.Equal(t, int64(1), pyProbe.Allowed[probe[1]], "redis-py through an ASK")
+	inSlot := int64(0)
+	for _, k := range keys {
+		if clSlot(k) == askSlot {
+			inSlot++
+		}
+	}
+	assert.Equal(t, inSlot, cs[0].ClusterCountKeysInSlot(ctx, askSlot).Val(), "node 1 holds only its old keys of slot %d, not the probes", askSlot)
+	assert.NotEqual(t, asks0, clInfo(t, cs[0], "cluster", "cluster_ask_replies"), "node 1 answered ASK")
+	// Close it as redis-cli does: nothing left to move, then NODE on every
+	// node (each bumps its epoch by one).
+	n, err := cs[0].Do(ctx, "CLUSTER", "MOVEKEYS", id2, 5000).Int64()
+	require.NoError(t, err)
+	assert.Zero(t, n, "MOVEKEYS: slot %d holds nothing on node 1", askSlot)
+	for _, c := range []*redis.Client{cs[1], cs[0], cs[2]} {
+		require.NoError(t, c.Do(ctx, "CLUSTER", "SETSLOT", askSlot, "NODE", id2).Err(), "SETSLOT NODE on %s", c.Options().Addr)
+	}
+	cur = mvMove(cur, cur.Epoch+1, askSlot, askSlot, 1)
+	for _, k := range probe {
+		assert.Equal(t, int64(1), cs[1].Exists(ctx, k).Val(), "%s (slot %d) was served by node 2, the target", k, askSlot)
+	}
+	keys = append(keys, probe...)
 
 	mvNoOpenSlots(t, cs)
 	mvCheckLayout(t, cs, cur)
