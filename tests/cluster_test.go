@@ -201,11 +201,18 @@ func clApplyOK(t *testing.T, doc clDoc, extra ...string) string {
 	file := clWriteDoc(t, doc)
 	out, errOut, code := clApply(t, file, extra...)
 	require.Equal(t, 0, code, "cluster apply epoch %d: stdout:\n%s\nstderr:\n%s", doc.Epoch, out, errOut)
-	var want []string
+	var want, got []string
 	for _, s := range doc.Shards {
 		want = append(want, s.Primary.addr()+" "+s.Primary.ID+" ok")
 	}
-	require.Equal(t, want, strings.Split(strings.TrimRight(out, "\n"), "\n"), "cluster apply output")
+	// A document that moves slots also prints one "moved N keys of S
+	// slots from A to B" line per (source, target) pair after the flip.
+	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		if !mvMovedLine.MatchString(line) {
+			got = append(got, line)
+		}
+	}
+	require.Equal(t, want, got, "cluster apply output:\n%s", out)
 	return file
 }
 
@@ -772,7 +779,25 @@ func TestClusterTopologyChange(t *testing.T) {
 	doc2.Epoch = 2
 	doc2.Shards[0].Slots = [][2]int{{0, 5460}, {lo, hi}}
 	doc2.Shards[2].Slots = [][2]int{{10923, lo - 1}, {hi + 1, 16383}}
+
+	// SETTOPOLOGY alone no longer moves keys: node 3 refuses to give up a
+	// slot it still holds keys of, with Redis's SETSLOT NODE text, and
+	// nothing changes. Only `cluster apply` (open, move, flip) moves them.
+	b2, err := json.Marshal(doc2)
+	require.NoError(t, err)
+	err = cs[2].Do(ctx, "CLUSTER", "SETTOPOLOGY", string(b2)).Err()
+	if assert.Error(t, err, "raw SETTOPOLOGY taking slots with keys from node 3") {
+		var n int
+		_, scanErr := fmt.Sscanf(err.Error(), "ERR Can't assign hashslot %d to a different node while I still hold keys for this hash slot.", &n)
+		assert.NoError(t, scanErr, "refusal text: %q", err.Error())
+		assert.Contains(t, movedSlots, n, "the refused slot %d holds keys on node 3", n)
+		assert.True(t, strings.HasSuffix(err.Error(), " to a different node while I still hold keys for this hash slot."), err.Error())
+	}
+	assert.Equal(t, "1", clClusterInfo(t, cs[2])["cluster_current_epoch"], "node 3 keeps epoch 1 after the refused SETTOPOLOGY")
+	assert.Equal(t, dbsize3, cs[2].DBSize(ctx).Val(), "node 3 keeps its keys after the refused SETTOPOLOGY")
+
 	clApplyOK(t, doc2)
+	mvNoOpenSlots(t, cs)
 
 	wantSlots := clWantSlots(doc2)
 	for i, c := range cs {
@@ -794,15 +819,8 @@ func TestClusterTopologyChange(t *testing.T) {
 		assert.Equal(t, string(respErr(fmt.Sprintf("MOVED %d %s", clSlot(k), nodes[2].Addr))), string(r1.DoArgs("GET", k)), "node 1 does not own %s", k)
 	}
 
-	// The old owner dropped the keys of the moved slots, only those.
-	require.Eventually(t, func() bool {
-		for s := range movedSlots {
-			if cs[2].ClusterCountKeysInSlot(ctx, s).Val() != 0 {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, 20*time.Millisecond, "node 3 still has keys in moved slots")
+	// The old owner sent the keys of the moved slots, only those, before
+	// apply returned: nothing is left behind on it.
 	for s := range movedSlots {
 		assert.Equal(t, int64(0), cs[2].ClusterCountKeysInSlot(ctx, s).Val(), "node 3 COUNTKEYSINSLOT %d after the move", s)
 		assert.Empty(t, cs[2].ClusterGetKeysInSlot(ctx, s, 10).Val(), "node 3 GETKEYSINSLOT %d after the move", s)
@@ -846,14 +864,10 @@ func TestClusterTopologyChange(t *testing.T) {
 		// The key was exhausted on node 3 (burst 2 allowed 3 calls, the 4th
 		// was limited, no token returns within the hour). After its slot
 		// moved to node 1 it must still be limited there: a move must not
-		// hand clients a fresh burst. (Whether the state is there the moment
-		// the move is acknowledged is TestClusterStateTransferWindow's job;
-		// here it may take a moment, read without changing it.)
-		var tat string
-		assert.Eventually(t, func() bool {
-			tat, _ = cs[0].Get(ctx, stateKey).Result()
-			return tat != ""
-		}, 3*time.Second, 10*time.Millisecond, "%s never appeared on node 1 (the new owner): its state did not move with the slot", stateKey)
+		// hand clients a fresh burst. The state was moved before the flip,
+		// so it is there as soon as apply returned.
+		tat, err := cs[0].Get(ctx, stateKey).Result()
+		require.NoError(t, err, "%s is not on node 1 (the new owner): its state did not move with the slot", stateKey)
 		assert.Equal(t, stateTAT, tat, "%s: TAT on node 1 after the move, want node 3's before the move", stateKey)
 		r, err := clThrottle(ctx, rdb, stateKey, 2, 1, 3600)
 		require.NoError(t, err)
@@ -866,15 +880,16 @@ func TestClusterTopologyChange(t *testing.T) {
 	t.Logf("per-node keys after the move: node1 %d, node2 %d, node3 %d", cs[0].DBSize(ctx).Val(), cs[1].DBSize(ctx).Val(), cs[2].DBSize(ctx).Val())
 }
 
-// TestClusterStateTransferWindow: a move is acknowledged when every node has
-// answered OK to SETTOPOLOGY; from then on the new owner must apply the
-// limits the old owner had. Here an orchestrator pushes each move to the new
-// owner first and the old owner last (any order is allowed), and the first
-// call on the new owner right after the last OK must still be limited.
+// TestClusterStateTransferWindow: a move is acknowledged when `cluster
+// apply` exits 0; the keys were moved (and acked durably by the new owner)
+// before any node flipped, so there is no window: the first call on the new
+// owner right after apply returns must apply the old owner's limits, and
+// the old owner holds nothing of the slot any more. Pushing the flip alone
+// (raw SETTOPOLOGY to the old owner) is refused while it holds the keys.
 func TestClusterStateTransferWindow(t *testing.T) {
 	nodes, doc := clCluster(t)
 	cs := clClients(t, nodes)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t, 60*time.Second)
 	for _, c := range cs {
 		require.NoError(t, c.Ping(ctx).Err()) // connections open before the timing matters
 	}
@@ -895,21 +910,27 @@ func TestClusterStateTransferWindow(t *testing.T) {
 			d.Shards[0].Slots = [][2]int{{0, 5460}, {12000, 13999}}
 			d.Shards[2].Slots = [][2]int{{10923, 11999}, {14000, 16383}}
 		}
-		b, err := json.Marshal(d)
-		require.NoError(t, err)
-		for _, i := range []int{next, 1, owner} {
-			require.NoError(t, cs[i].Do(ctx, "CLUSTER", "SETTOPOLOGY", string(b)).Err(), "node %d epoch %d", i+1, d.Epoch)
+		if m == 0 {
+			b, err := json.Marshal(d)
+			require.NoError(t, err)
+			err = cs[owner].Do(ctx, "CLUSTER", "SETTOPOLOGY", string(b)).Err()
+			assert.EqualError(t, err, "ERR Can't assign hashslot 13438 to a different node while I still hold keys for this hash slot.",
+				"raw SETTOPOLOGY to the old owner while it holds %s", key)
+			assert.Equal(t, "1", clClusterInfo(t, cs[owner])["cluster_current_epoch"], "the refused SETTOPOLOGY changed the epoch")
 		}
+		clApplyOK(t, d)
 		r, err := clThrottle(ctx, cs[next], key, 1, 1, 3600)
 		require.NoError(t, err)
 		if r[0] != 1 {
 			fresh = append(fresh, fmt.Sprintf("move %d (node %d -> node %d): %s got %v", m+1, owner+1, next+1, key, r))
 		}
+		assert.Equal(t, int64(0), cs[owner].Exists(ctx, key).Val(), "move %d: the old owner node %d still holds %s", m+1, owner+1, key)
+		assert.Equal(t, int64(0), cs[owner].ClusterCountKeysInSlot(ctx, 13438).Val(), "move %d: the old owner node %d still holds keys of slot 13438", m+1, owner+1)
 		owner = next
 	}
-	t.Logf("first call on the new owner right after the move was acknowledged: %d of %d moves gave an exhausted key a fresh burst", len(fresh), moves)
-	assert.Empty(t, fresh, "keys exhausted on the old owner were allowed on the new owner right after every node acknowledged the move "+
-		"(the state transfer runs in the background after SETTOPOLOGY replies OK)")
+	mvNoOpenSlots(t, cs)
+	t.Logf("first call on the new owner right after apply returned: %d of %d moves gave an exhausted key a fresh burst", len(fresh), moves)
+	assert.Empty(t, fresh, "keys exhausted on the old owner were allowed on the new owner right after `cluster apply` acknowledged the move")
 }
 
 // ---------------------------------------------------------------------------
@@ -949,20 +970,16 @@ func TestClusterStaleEpochRejected(t *testing.T) {
 	}
 	wantSlots := clWantSlots(full)
 
-	// Re-applying epoch 1 (older) and epoch 2 (equal) is refused by every node.
-	for _, tc := range []struct {
-		file  string
-		epoch int
-	}{{file1, 1}, {file2, 2}} {
-		out, errOut, code := clApply(t, tc.file)
-		assert.Equal(t, 1, code, "cluster apply of epoch %d over epoch 2: exit status; stdout:\n%s\nstderr:\n%s", tc.epoch, out, errOut)
-		lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-		require.Len(t, lines, 3, "one line per node:\n%s", out)
-		for i, line := range lines {
-			p := full.Shards[i].Primary
-			assert.Equal(t, fmt.Sprintf("%s %s error: ERR topology epoch %d is not newer than the current epoch 2", p.addr(), p.ID, tc.epoch), line)
-		}
-		assert.Contains(t, errOut, fmt.Sprintf("3 of 3 nodes did not accept epoch %d", tc.epoch))
+	// Re-applying epoch 2 (equal, the same layout) is a no-op that
+	// succeeds; epoch 1 (older) is refused before anything is sent, with
+	// the epoch to write above.
+	out, errOut, code := clApply(t, file2)
+	assert.Equal(t, 0, code, "cluster apply of epoch 2 over epoch 2 (the same document); stdout:\n%s\nstderr:\n%s", out, errOut)
+	out, errOut, code = clApply(t, file1)
+	assert.Equal(t, 1, code, "cluster apply of epoch 1 over epoch 2: exit status; stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Contains(t, out+errOut, "is at epoch 2: write the document with an epoch above 2", "cluster apply of epoch 1 over epoch 2")
+	for i, c := range cs {
+		assert.Equal(t, "2", clClusterInfo(t, c)["cluster_current_epoch"], "node %d keeps epoch 2", i+1)
 	}
 
 	// A stale document that would move everything to node 1 changes nothing.
@@ -988,19 +1005,17 @@ func TestClusterStaleEpochRejected(t *testing.T) {
 	assert.Contains(t, err.Error(), "ERR invalid topology")
 	assert.Equal(t, "2", clClusterInfo(t, cs[0])["cluster_current_epoch"])
 
-	// A node that is down makes apply fail, and it says which one.
+	// A node that is down makes apply fail before anything changes, and it
+	// says which one.
 	require.Equal(t, 0, nodes[2].Stop())
 	full.Epoch = 3
-	out, errOut, code := clApply(t, clWriteDoc(t, full), "--timeout", "2s")
+	out, errOut, code = clApply(t, clWriteDoc(t, full), "--timeout", "2s")
 	assert.Equal(t, 1, code, "cluster apply with node 3 down; stdout:\n%s\nstderr:\n%s", out, errOut)
-	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if assert.Len(t, lines, 3, out) {
-		for i := 0; i < 2; i++ {
-			assert.Equal(t, full.Shards[i].Primary.addr()+" "+full.Shards[i].Primary.ID+" ok", lines[i])
-		}
-		assert.True(t, strings.HasPrefix(lines[2], full.Shards[2].Primary.addr()+" "+full.Shards[2].Primary.ID+" error: "), lines[2])
+	assert.Contains(t, out, full.Shards[2].Primary.addr()+" "+full.Shards[2].Primary.ID+" error: ", "the line of node 3 (down)")
+	assert.Contains(t, errOut, "nothing was changed")
+	for i := 0; i < 2; i++ {
+		assert.Equal(t, "2", clClusterInfo(t, cs[i])["cluster_current_epoch"], "node %d stays at epoch 2 while node 3 is down", i+1)
 	}
-	assert.Contains(t, errOut, "1 of 3 nodes did not accept epoch 3")
 }
 
 // TestClusterApplyWithPassword: under --requirepass, SETTOPOLOGY needs an
@@ -1081,7 +1096,7 @@ func TestClusterRestartKeepsTopologyAndKeys(t *testing.T) {
 		}
 	}
 
-	// Epoch 2: node 1 gives [0, 999] to node 2 and drops those keys.
+	// Epoch 2: node 1 gives [0, 999] to node 2; those keys move there.
 	doc2 := doc.clone()
 	doc2.Epoch = 2
 	doc2.Shards[0].Slots = [][2]int{{1000, 5460}}
@@ -1095,7 +1110,8 @@ func TestClusterRestartKeepsTopologyAndKeys(t *testing.T) {
 		_, err := clThrottle(ctx, c1, exKey, 1, 1, 3600)
 		require.NoError(t, err)
 	}
-	droppedSlots := map[int]bool{}
+	droppedSlots := map[int]bool{} // slots node 1 gave away, with keys
+	var movedAway []string
 	type state struct {
 		tat  string
 		pttl time.Duration
@@ -1106,6 +1122,7 @@ func TestClusterRestartKeepsTopologyAndKeys(t *testing.T) {
 		switch {
 		case doc.owner(s) == 0 && doc2.owner(s) != 0:
 			droppedSlots[s] = true
+			movedAway = append(movedAway, k)
 		case doc2.owner(s) == 0:
 			tat, err := c1.Get(ctx, k).Result()
 			require.NoError(t, err, k)
@@ -1115,7 +1132,11 @@ func TestClusterRestartKeepsTopologyAndKeys(t *testing.T) {
 	require.NotEmpty(t, droppedSlots)
 	require.Greater(t, len(kept), 50)
 	for s := range droppedSlots {
-		require.Equal(t, int64(0), c1.ClusterCountKeysInSlot(ctx, s).Val(), "node 1 dropped slot %d at epoch 2", s)
+		require.Equal(t, int64(0), c1.ClusterCountKeysInSlot(ctx, s).Val(), "node 1 gave away slot %d at epoch 2", s)
+	}
+	c2 := nodes[1].Client(t)
+	for _, k := range movedAway {
+		require.Equal(t, int64(1), c2.Exists(ctx, k).Val(), "%s moved to node 2 at epoch 2", k)
 	}
 	dbsize := c1.DBSize(ctx).Val()
 	require.Equal(t, int64(len(kept)), dbsize)
@@ -1124,9 +1145,19 @@ func TestClusterRestartKeepsTopologyAndKeys(t *testing.T) {
 
 	saved, err := os.ReadFile(filepath.Join(dirs[0], "cluster-topology.json"))
 	require.NoError(t, err, "the applied topology is saved in the data dir")
-	var savedDoc clDoc
-	require.NoError(t, json.Unmarshal(saved, &savedDoc))
-	assert.Equal(t, doc2, savedDoc, "saved topology")
+	// The file is {"topology": doc, "migrating": ..., "importing": ...}
+	// since issue #20 (the bare document before it).
+	var savedState struct {
+		Topology  *clDoc  `json:"topology"`
+		Migrating [][]any `json:"migrating"`
+		Importing [][]any `json:"importing"`
+	}
+	require.NoError(t, json.Unmarshal(saved, &savedState), "%s", saved)
+	if assert.NotNil(t, savedState.Topology, "saved topology: %s", saved) {
+		assert.Equal(t, doc2, *savedState.Topology, "saved topology")
+	}
+	assert.Empty(t, savedState.Migrating, "saved migrating slots after the move")
+	assert.Empty(t, savedState.Importing, "saved importing slots after the move")
 
 	// SIGTERM, then start again on the same address and data dir.
 	stoppedAt := time.Now()
@@ -1165,16 +1196,20 @@ func TestClusterRestartKeepsTopologyAndKeys(t *testing.T) {
 		assert.GreaterOrEqual(t, pttl, want.pttl-sinceStop-time.Second, k)
 	}
 	for s := range droppedSlots {
-		assert.Equal(t, int64(0), c1.ClusterCountKeysInSlot(ctx, s).Val(), "slot %d dropped before the restart came back", s)
+		assert.Equal(t, int64(0), c1.ClusterCountKeysInSlot(ctx, s).Val(), "keys of slot %d, moved away before the restart, came back", s)
 	}
 	r, err := clThrottle(ctx, c1, exKey, 1, 1, 3600)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), r[0], "%s was exhausted before the restart: %v", exKey, r)
 
-	// The restarted node still refuses epoch 2 (it remembers it).
-	out, _, code := clApply(t, clWriteDoc(t, doc2))
-	assert.Equal(t, 1, code)
-	assert.Contains(t, out, fmt.Sprintf("%s %s error: ERR topology epoch 2 is not newer than the current epoch 2", n1.Addr, myID))
+	// The restarted node remembers epoch 2: applying the same document
+	// again is a no-op that succeeds, an older epoch is refused.
+	out, errOut, code := clApply(t, clWriteDoc(t, doc2))
+	assert.Equal(t, 0, code, "re-applying epoch 2 after the restart: stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.NotRegexp(t, `(?m)^moved [1-9]`, out, "re-applying the current document moves nothing")
+	b1, err := json.Marshal(doc)
+	require.NoError(t, err)
+	assert.EqualError(t, c1.Do(ctx, "CLUSTER", "SETTOPOLOGY", string(b1)).Err(), "ERR topology epoch 1 is not newer than the current epoch 2")
 
 	// And the cluster works as a whole through a fresh ClusterClient.
 	rdb2 := clClusterClient(t, []*server{n1, nodes[1], nodes[2]})
@@ -1359,10 +1394,12 @@ func TestClusterIORedis(t *testing.T) {
 }
 
 // Two nodes hand slots to each other in one topology change, each with one
-// event loop (GOMAXPROCS=1). Each node's SETTOPOLOGY pushes state to the other
-// before it replies; if that push waited on the node's only event loop, each
-// node would wait for the other until the push timed out. The change must
-// finish well within the apply timeout and keep the exhausted keys limited.
+// event loop (GOMAXPROCS=1). `cluster apply` opens both directions, then
+// each node's MOVEKEYS sends its keys to the other, which must serve the
+// import while it is itself a source; if either side waited on its only
+// event loop for the other, the move would hang until a timeout. The change
+// must finish well within the apply timeout, leave no slot open and keep the
+// exhausted keys limited.
 func TestClusterSwapSlotsBothWays(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "1")
 	nodes := clStartNodes(t, 2)
@@ -1392,6 +1429,8 @@ func TestClusterSwapSlotsBothWays(t *testing.T) {
 	assert.Less(t, time.Since(start), 10*time.Second, "a slot swap should not wait on push timeouts")
 
 	cs := clClients(t, nodes)
+	mvNoOpenSlots(t, cs)
+	mvCheckLayout(t, cs, doc2)
 	for _, k := range a {
 		assert.Equal(t, int64(1), cs[1].Exists(ctx, k).Val(), "%s moved to node 2", k)
 	}
