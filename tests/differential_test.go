@@ -157,6 +157,12 @@ var infoCellOnly = map[string]string{
 	"acl_access_denied_cmd":                     "7.2-acl-stats",
 	"cluster_mode":                              "choice-info-cellserver",
 	"cluster_moved_replies":                     "choice-info-cellserver",
+	"cluster_ask_replies":                       "choice-info-cellserver",
+	"cluster_tryagain_replies":                  "choice-info-cellserver",
+	"cluster_migrating_slots":                   "choice-info-cellserver",
+	"cluster_importing_slots":                   "choice-info-cellserver",
+	"cluster_keys_migrated":                     "choice-info-cellserver",
+	"cluster_keys_imported":                     "choice-info-cellserver",
 }
 
 // infoExact are INFO fields whose values must be equal on both servers.
