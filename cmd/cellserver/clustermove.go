@@ -773,6 +773,11 @@ func (a *applier) move(src, dst cluster.Node, orphans bool) (int64, error) {
 	for range maxMoveRounds {
 		n, err := a.auth.moveKeys(src.Addr(), dst.ID, orphans)
 		if err != nil {
+			// The node says how many it moved before it stopped.
+			var done int64
+			if _, scanErr := fmt.Sscanf(err.Error(), "ERR moved %d keys, then", &done); scanErr == nil {
+				total += done
+			}
 			return total, err
 		}
 		if n == 0 {
