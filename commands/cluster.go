@@ -183,7 +183,8 @@ func registerCluster(t Table) {
 			Summary: "Enables read-write queries for a connection to a Redis Cluster replica node.", Since: "3.0.0", Run: clusterOK},
 		&Command{Name: "asking", Arity: 1, Flags: []string{"fast"}, Group: "cluster",
 			Summary: "Signals that a cluster client is following an -ASK redirect.", Since: "3.0.0", Run: askingCmd},
-		slow(&Command{Name: "migrate", Arity: -6, Flags: []string{"admin"}, Group: "generic",
+		slow(&Command{Name: "migrate", Arity: -6, Flags: []string{"write", "movablekeys", "admin"}, Group: "generic",
+			FirstKey: 3, LastKey: 3, Step: 1, Keys: migrateKeys, SelfRouted: true,
 			Summary: "Atomically transfers a key from one Redis instance to another.", Since: "2.6.0", Run: migrateCmd}),
 	)
 }

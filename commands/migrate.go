@@ -674,6 +674,22 @@ func migrateCmd(c *Client, w *Out, args [][]byte) {
 	}
 }
 
+// migrateKeys is MIGRATE's keys (Redis's migrateGetKeys): the key
+// argument, or with it empty those after KEYS.
+func migrateKeys(args [][]byte) [][]byte {
+	if len(args) < 6 {
+		return nil
+	}
+	if len(args[3]) == 0 {
+		for i := 6; i < len(args); i++ {
+			if strings.EqualFold(string(args[i]), "keys") {
+				return args[i+1:]
+			}
+		}
+	}
+	return args[3:4]
+}
+
 // sameHost reports whether two host names denote the same loopback or
 // literal address (redis-cli sends the address CLUSTER NODES showed).
 func sameHost(a, b string) bool {

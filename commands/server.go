@@ -660,7 +660,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.reject(cmd, ErrKeyTooLong)
 		return
 	}
-	if cmd.FirstKey > 0 && s.clusterOn() {
+	if cmd.FirstKey > 0 && s.clusterOn() && !cmd.SelfRouted {
 		if e := s.route(cmd, args); e != "" {
 			c.reject(cmd, e)
 			return

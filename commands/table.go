@@ -28,6 +28,10 @@ type Command struct {
 	Summary  string // COMMAND DOCS summary
 	Since    string
 	NoAuth   bool // may run before AUTH
+	// SelfRouted: in cluster mode the handler checks its keys' slot itself
+	// (MIGRATE moves keys of slots this node may not serve), so execOne
+	// does not refuse them with MOVED.
+	SelfRouted bool
 	// Protected is DEBUG: refused unless --enable-debug-command allows the
 	// client, before AUTH is even checked, as Redis's CMD_PROTECTED.
 	Protected bool

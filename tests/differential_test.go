@@ -568,9 +568,11 @@ func sameCommandInfo(r, c respValue) error {
 	for _, s := range c.elems[9].elems {
 		rs, ok := rsubs[s.elems[0].str]
 		if !ok {
-			if s.elems[0].str == "client|setinfo" || s.elems[0].str == "client|no-touch" || s.elems[0].str == "cluster|settopology" ||
-				s.elems[0].str == "cluster|importstate" {
-				continue // Redis 7.2's, and cellserver's own
+			switch s.elems[0].str {
+			case "client|setinfo", "client|no-touch", // Redis 7.2's
+				"cluster|settopology", "cluster|importstate", "cluster|setslotrange", "cluster|getstate",
+				"cluster|movekeys", "cluster|migratestate": // cellserver's own
+				continue
 			}
 			return fmt.Errorf("%s: Redis has no subcommand %s", name, s.elems[0].str)
 		}
