@@ -120,7 +120,11 @@ type SlotStateReq struct {
 
 func (r *SlotStateReq) run(sh *shard, now int64) {
 	r.Busy, r.Dropped = -1, 0
-	if r.RequireEmpty {
+	losing := false // a slot of this shard stops being served here: scan for its keys
+	for slot := sh.slotLo; slot < sh.slotHi && !losing; slot++ {
+		losing = r.States[slot] == SlotNotOwned && (sh.gate == nil || sh.gate[slot-sh.slotLo] != SlotNotOwned)
+	}
+	if r.RequireEmpty && losing {
 		if slot := sh.liveKeyIn(now, func(slot int) bool {
 			return r.States[slot] == SlotNotOwned && (sh.gate == nil || sh.gate[slot-sh.slotLo] != SlotNotOwned)
 		}); slot >= 0 {
@@ -146,7 +150,7 @@ func (r *SlotStateReq) run(sh *shard, now int64) {
 			}
 		}
 	}
-	if len(drop) > 0 {
+	if len(drop) > 0 && losing {
 		d := DropSlotsReq{Ranges: drop}
 		d.run(sh, now)
 		r.Dropped = d.Dropped
