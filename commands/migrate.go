@@ -302,62 +302,16 @@ func clusterSetSlot(c *Client, w *Out, args [][]byte) {
 		return
 	}
 	action := strings.ToLower(string(args[3]))
-	id := ""
 	switch {
 	case action == "stable" && len(args) == 4:
-	case (action == "importing" || action == "migrating" || action == "node") && len(args) == 5:
-		id = string(args[4])
+		s.setSlots(c, w, slot, slot, action, "")
+	case (action == "importing" || action == "migrating") && len(args) == 5:
+		s.setSlots(c, w, slot, slot, action, string(args[4]))
+	case action == "node" && len(args) == 5:
+		s.setSlotNode(c, w, slot, string(args[4]))
 	default:
 		w.WriteError(ErrSetSlotSyntax)
-		return
 	}
-	s.topoMu.Lock()
-	defer s.topoMu.Unlock()
-	cur := s.nodeState()
-	if cur.Topology == nil {
-		w.WriteError("ERR this node has no topology yet: apply one first (cellserver cluster apply)")
-		return
-	}
-	ns := cur.Clone()
-	if action == "node" {
-		n, _, primary, ok := ns.Topology.Node(id)
-		switch {
-		case !ok:
-			w.WriteError("ERR Unknown node " + trunc(id, 64))
-			return
-		case !primary:
-			w.WriteError(ErrNotMaster)
-			return
-		}
-		if owner, _ := ns.Topology.PrimaryOf(slot); owner != n.ID {
-			t, err := ns.Topology.WithOwner(slot, n.ID)
-			if err != nil {
-				w.WriteError("ERR " + err.Error())
-				return
-			}
-			ns.Topology = t
-		}
-		if n.ID == s.myID {
-			delete(ns.Importing, slot)
-		}
-		delete(ns.Migrating, slot) // commitState refuses if keys are left
-		if n.ID != s.myID {
-			delete(ns.Importing, slot)
-		}
-	} else if e := s.openSlot(ns, slot, action, id); e != "" {
-		w.WriteError(e)
-		return
-	} else if action == "stable" {
-		if e := s.movedAway(cur, []int{slot}); e != "" {
-			w.WriteError(e)
-			return
-		}
-	}
-	if e := s.commitState(c, ns); e != "" {
-		w.WriteError(e)
-		return
-	}
-	w.WriteOK()
 }
 
 // CLUSTER SETSLOTRANGE <first> <last> IMPORTING <id> | MIGRATING <id> | STABLE:
@@ -366,32 +320,37 @@ func clusterSetSlotRange(c *Client, w *Out, args [][]byte) {
 	if !clusterYes(c, w, "SETSLOTRANGE") {
 		return
 	}
-	s := c.srv
 	lo, ok1 := parseSlotArg(args[2])
 	hi, ok2 := parseSlotArg(args[3])
 	if !ok1 || !ok2 || lo > hi {
 		w.WriteError(ErrBadSlot)
 		return
 	}
-	action := strings.ToLower(string(args[4]))
-	id := ""
-	switch {
+	switch action := strings.ToLower(string(args[4])); {
 	case action == "stable" && len(args) == 5:
+		c.srv.setSlots(c, w, lo, hi, action, "")
 	case (action == "importing" || action == "migrating") && len(args) == 6:
-		id = string(args[5])
+		c.srv.setSlots(c, w, lo, hi, action, string(args[5]))
 	default:
 		w.WriteError(ErrSetSlotSyntax)
-		return
 	}
+}
+
+// errNoTopology refuses a slot change on a node that has no topology yet.
+const errNoTopology = "ERR this node has no topology yet: apply one first (cellserver cluster apply)"
+
+// setSlots applies SETSLOT IMPORTING/MIGRATING/STABLE to slots lo..hi,
+// all or nothing, as one saved change.
+func (s *Server) setSlots(c *Client, w *Out, lo, hi int, action, id string) {
 	s.topoMu.Lock()
 	defer s.topoMu.Unlock()
 	cur := s.nodeState()
 	if cur.Topology == nil {
-		w.WriteError("ERR this node has no topology yet: apply one first (cellserver cluster apply)")
+		w.WriteError(errNoTopology)
 		return
 	}
 	ns := cur.Clone()
-	var slots []int
+	slots := make([]int, 0, hi-lo+1)
 	for slot := lo; slot <= hi; slot++ {
 		if e := s.openSlot(ns, slot, action, id); e != "" {
 			w.WriteError(e)
@@ -405,6 +364,45 @@ func clusterSetSlotRange(c *Client, w *Out, args [][]byte) {
 			return
 		}
 	}
+	s.commitAndReply(c, w, ns)
+}
+
+// setSlotNode is SETSLOT NODE: the slot belongs to id from now on, in this
+// node's topology (its epoch bumped: redis-cli tells every node, so all
+// stay equal); this node's move of it, either way, ends. Giving the slot
+// away is refused while a live key of it is here (commitState).
+func (s *Server) setSlotNode(c *Client, w *Out, slot int, id string) {
+	s.topoMu.Lock()
+	defer s.topoMu.Unlock()
+	cur := s.nodeState()
+	if cur.Topology == nil {
+		w.WriteError(errNoTopology)
+		return
+	}
+	ns := cur.Clone()
+	n, _, primary, ok := ns.Topology.Node(id)
+	switch {
+	case !ok:
+		w.WriteError("ERR Unknown node " + trunc(id, 64))
+		return
+	case !primary:
+		w.WriteError(ErrNotMaster)
+		return
+	}
+	if owner, _ := ns.Topology.PrimaryOf(slot); owner != n.ID {
+		t, err := ns.Topology.WithOwner(slot, n.ID)
+		if err != nil {
+			w.WriteError("ERR " + err.Error())
+			return
+		}
+		ns.Topology = t
+	}
+	delete(ns.Importing, slot)
+	delete(ns.Migrating, slot)
+	s.commitAndReply(c, w, ns)
+}
+
+func (s *Server) commitAndReply(c *Client, w *Out, ns *cluster.NodeState) {
 	if e := s.commitState(c, ns); e != "" {
 		w.WriteError(e)
 		return
@@ -729,7 +727,7 @@ func clusterMoveKeys(c *Client, w *Out, args [][]byte) {
 	id := string(args[2])
 	ns := s.nodeState()
 	if ns.Topology == nil {
-		w.WriteError("ERR this node has no topology yet: apply one first (cellserver cluster apply)")
+		w.WriteError(errNoTopology)
 		return
 	}
 	dst, _, primary, found := ns.Topology.Node(id)
@@ -817,7 +815,7 @@ func clusterMigrateState(c *Client, w *Out, args [][]byte) {
 	}
 	ns := s.nodeState()
 	if ns.Topology == nil {
-		w.WriteError("ERR this node has no topology yet: apply one first (cellserver cluster apply)")
+		w.WriteError(errNoTopology)
 		return
 	}
 	n := s.st.NumShards()

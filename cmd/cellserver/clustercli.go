@@ -123,9 +123,7 @@ func clusterInit(args []string, stdout, stderr io.Writer) int {
 func clusterApply(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cellserver cluster apply", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	password := fs.String("password", "", "`password` the nodes require (their --requirepass); not needed with --admin-password")
-	adminPassword := fs.String("admin-password", "", "log in as the user admin with this `password` (the nodes' --admin-password)")
-	timeout := fs.Duration("timeout", 5*time.Second, "connect and reply timeout per node; also each node-to-node batch timeout of a key move")
+	password, adminPassword, timeout := clusterLoginFlags(fs, "nodes", "connect and reply timeout per node; also each node-to-node batch timeout of a key move")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver cluster apply FILE [--admin-password P] [--password P] [--timeout 5s]\n\n"+
 			"Moves the keys of every slot whose owner changes, then sends the topology in FILE\n"+
@@ -136,13 +134,8 @@ func clusterApply(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return clusterFlagExit(err)
 	}
-	switch {
-	case len(pos) == 0:
-		return clusterUsageError(fs, "FILE is required")
-	case len(pos) > 1:
-		return clusterUsageError(fs, "unexpected argument %q", pos[1])
-	case *timeout <= 0:
-		return clusterUsageError(fs, "--timeout must be positive, got %v", *timeout)
+	if code := clusterOneArg(fs, pos, "FILE", *timeout); code != 0 {
+		return code
 	}
 	file := pos[0]
 	data, err := os.ReadFile(file)
@@ -178,9 +171,7 @@ func clusterApply(args []string, stdout, stderr io.Writer) int {
 func clusterDump(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cellserver cluster dump", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	password := fs.String("password", "", "`password` the node requires (its --requirepass); not needed with --admin-password")
-	adminPassword := fs.String("admin-password", "", "log in as the user admin with this `password` (the node's --admin-password)")
-	timeout := fs.Duration("timeout", 5*time.Second, "connect and reply timeout")
+	password, adminPassword, timeout := clusterLoginFlags(fs, "node", "connect and reply timeout")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellserver cluster dump HOST:PORT [--admin-password P] [--password P] [--timeout 5s]\n\n"+
 			"Prints the node's topology document, to edit and pass to apply with a higher epoch.\n\nFlags:\n")
@@ -190,13 +181,8 @@ func clusterDump(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return clusterFlagExit(err)
 	}
-	switch {
-	case len(pos) == 0:
-		return clusterUsageError(fs, "HOST:PORT is required")
-	case len(pos) > 1:
-		return clusterUsageError(fs, "unexpected argument %q", pos[1])
-	case *timeout <= 0:
-		return clusterUsageError(fs, "--timeout must be positive, got %v", *timeout)
+	if code := clusterOneArg(fs, pos, "HOST:PORT", *timeout); code != 0 {
+		return code
 	}
 	host, port, err := cluster.ParseAddr(pos[0])
 	if err != nil {
@@ -263,4 +249,29 @@ func clusterUsageError(fs *flag.FlagSet, format string, a ...any) int {
 // clusterOneLine keeps a per-node report on one line whatever the error says.
 func clusterOneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// clusterLoginFlags adds the flags apply and dump log in to nodes with;
+// whose is "node" or "nodes".
+func clusterLoginFlags(fs *flag.FlagSet, whose, timeoutUsage string) (password, adminPassword *string, timeout *time.Duration) {
+	their := map[string]string{"node": "its", "nodes": "their"}[whose]
+	password = fs.String("password", "", "`password` the "+whose+" require"+map[string]string{"node": "s", "nodes": ""}[whose]+
+		" ("+their+" --requirepass); not needed with --admin-password")
+	adminPassword = fs.String("admin-password", "", "log in as the user admin with this `password` ("+their+" --admin-password)")
+	timeout = fs.Duration("timeout", 5*time.Second, timeoutUsage)
+	return
+}
+
+// clusterOneArg checks a command line of one positional argument, named
+// name, and a positive timeout: 0 if it is one, else the exit status.
+func clusterOneArg(fs *flag.FlagSet, pos []string, name string, timeout time.Duration) int {
+	switch {
+	case len(pos) == 0:
+		return clusterUsageError(fs, "%s is required", name)
+	case len(pos) > 1:
+		return clusterUsageError(fs, "unexpected argument %q", pos[1])
+	case timeout <= 0:
+		return clusterUsageError(fs, "--timeout must be positive, got %v", timeout)
+	}
+	return 0
 }
