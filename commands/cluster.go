@@ -83,6 +83,7 @@ func (s *Server) initCluster() error {
 		s.topo.Store(ns.Topology)
 		// Before the wire layer serves: no request runs yet.
 		s.st.InitGate(s.gateOf(ns))
+		go s.warnOrphans()
 	default:
 		return fmt.Errorf("cluster mode must be no, emulated or yes, got %q", cc.Mode)
 	}
@@ -95,7 +96,7 @@ func (s *Server) clusterOn() bool { return s.cfg.Cluster.Mode != ClusterNo }
 // serves, returning the error reply otherwise (CROSSSLOT, MOVED, CLUSTERDOWN).
 // The rule is the service's (service.Service.Route), the one every front
 // end uses; this gathers the command's keys and words the refusal.
-func (s *Server) route(cmd *Command, args [][]byte) string {
+func (s *Server) route(c *Client, cmd *Command, args [][]byte) string {
 	var buf [16][]byte
 	keys := buf[:0]
 	if cmd.Keys != nil {
@@ -116,7 +117,7 @@ func (s *Server) route(cmd *Command, args [][]byte) string {
 	// the requests of most such commands run key by key (Redis's TRYAGAIN,
 	// which cluster clients retry). CL.LIMIT's keys are one request: the
 	// shard checks them together (store's gate).
-	if len(keys) > 1 && cmd.Name != "cl.limit" {
+	if len(keys) > 1 && cmd.Name != "cl.limit" && !c.sess.Holding() {
 		if ns := s.nstate.Load(); ns.Open() {
 			slot := cluster.KeySlot(keys[0])
 			if ns.Migrating[slot] != "" || ns.Importing[slot] != "" {
@@ -513,14 +514,26 @@ func clusterSetTopology(c *Client, w *Out, args [][]byte) {
 	}
 	ns := cur.Clone()
 	ns.Topology = t
-	for slot, peer := range cur.Migrating {
-		if owner, _ := t.PrimaryOf(slot); owner != s.myID || !t.IsPrimary(peer) {
-			delete(ns.Migrating, slot) // settled (the target owns it) or moot
+	// An open slot is settled by a document that gives it to the importer
+	// (the move's end); one that keeps it with its owner and both peers
+	// leaves it open. Any other outcome would strand keys already moved:
+	// refused, nothing changed.
+	for _, e := range cluster.Sorted(cur.Migrating) {
+		switch owner, _ := t.PrimaryOf(e.Slot); {
+		case owner == e.Peer:
+			delete(ns.Migrating, e.Slot)
+		case owner != s.myID || !t.IsPrimary(e.Peer):
+			w.WriteError(fmt.Sprintf("ERR slot %d is migrating to %s: the document must give it to that node or leave both with it open; finish or close that move first", e.Slot, e.Peer))
+			return
 		}
 	}
-	for slot, peer := range cur.Importing {
-		if owner, _ := t.PrimaryOf(slot); owner == s.myID || !t.IsPrimary(peer) {
-			delete(ns.Importing, slot)
+	for _, e := range cluster.Sorted(cur.Importing) {
+		switch owner, _ := t.PrimaryOf(e.Slot); {
+		case owner == s.myID:
+			delete(ns.Importing, e.Slot)
+		case owner != e.Peer || !t.IsPrimary(e.Peer):
+			w.WriteError(fmt.Sprintf("ERR slot %d is importing from %s: the document must give it to this node or leave both with it open; finish or close that move first", e.Slot, e.Peer))
+			return
 		}
 	}
 	if e := s.commitState(c, ns); e != "" {

@@ -245,19 +245,31 @@ func (s *Server) openSlot(ns *cluster.NodeState, slot int, action, id string) st
 	case n.ID == s.myID:
 		return "ERR Target node is this node"
 	}
+	// An open slot is not re-targeted: keys may already sit on the first
+	// peer (close the move first, which checks that).
 	if action == "migrating" {
+		if p := ns.Migrating[slot]; p != "" && p != id {
+			return fmt.Sprintf("ERR slot %d is already migrating to %s: close that move first (SETSLOT %d STABLE)", slot, p, slot)
+		}
 		ns.Migrating[slot] = id
 	} else {
+		if p := ns.Importing[slot]; p != "" && p != id {
+			return fmt.Sprintf("ERR slot %d is already importing from %s: close that move first (SETSLOT %d STABLE)", slot, p, slot)
+		}
 		ns.Importing[slot] = id
 	}
 	return ""
 }
 
-// movedAway refuses to close (STABLE) the slots of slots that migrate
-// from this node while their target holds keys of them: those keys moved
-// here from there, or were made there after an ASK, and closing would make
-// this node serve them afresh. It asks each target (CLUSTER
-// COUNTKEYSINSLOT); a target it cannot ask refuses too. "" if none.
+// movedAway refuses to end the migration of slots this node migrates
+// (STABLE, or NODE to itself) unless each target has closed its side (it
+// no longer imports the slot from this node, so no ASKed request can make
+// a key there any more) and holds no key of it (those keys moved there
+// from here, or were made there after an ASK: ending the move here would
+// serve them afresh). It asks each target (CLUSTER GETSTATE and
+// COUNTKEYSINSLOT); a target it cannot ask, or does not know, refuses
+// too. "" if the slots may close. Callers hold mig.mu, so no batch of
+// this node's moves is in flight meanwhile.
 func (s *Server) movedAway(ns *cluster.NodeState, slots []int) string {
 	byPeer := map[string][]int{}
 	for _, slot := range slots {
@@ -268,10 +280,11 @@ func (s *Server) movedAway(ns *cluster.NodeState, slots []int) string {
 	for id, list := range byPeer {
 		n, _, _, ok := ns.Topology.Node(id)
 		if !ok {
-			continue
+			return fmt.Sprintf("ERR slot %d migrates to %s, which is not in the topology: its keys cannot be checked", list[0], trunc(id, 64))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		pipe := s.peer(n.Addr(), s.defaultPeerAuth(), 5*time.Second).Pipeline()
+		state := pipe.Do(ctx, "CLUSTER", "GETSTATE")
 		cmds := make([]*redis.IntCmd, len(list))
 		for i, slot := range list {
 			cmds[i] = pipe.ClusterCountKeysInSlot(ctx, slot)
@@ -281,9 +294,24 @@ func (s *Server) movedAway(ns *cluster.NodeState, slots []int) string {
 		if err != nil {
 			return "ERR cannot ask " + n.Addr() + " whether it holds keys of the slot: " + oneLine(err.Error()) + "; the slot stays open"
 		}
+		var st struct {
+			Importing [][2]any `json:"importing"`
+		}
+		if js, _ := state.Text(); json.Unmarshal([]byte(js), &st) != nil {
+			return "ERR cannot read the state of " + n.Addr() + "; the slot stays open"
+		}
+		importing := map[int]bool{}
+		for _, e := range st.Importing {
+			if f, ok := e[0].(float64); ok && e[1] == s.myID {
+				importing[int(f)] = true
+			}
+		}
 		for i, cmd := range cmds {
-			if cmd.Val() > 0 {
+			switch {
+			case cmd.Val() > 0:
 				return fmt.Sprintf("ERR slot %d has %d keys on %s: finish the move (SETSLOT NODE, or cellserver cluster apply) or move them back first", list[i], cmd.Val(), n.Addr())
+			case importing[list[i]]:
+				return fmt.Sprintf("ERR slot %d is still importing on %s: close it there first (SETSLOT %d STABLE)", list[i], n.Addr(), list[i])
 			}
 		}
 	}
@@ -342,6 +370,10 @@ const errNoTopology = "ERR this node has no topology yet: apply one first (cells
 // setSlots applies SETSLOT IMPORTING/MIGRATING/STABLE to slots lo..hi,
 // all or nothing, as one saved change.
 func (s *Server) setSlots(c *Client, w *Out, lo, hi int, action, id string) {
+	if action == "stable" {
+		s.mig.mu.Lock() // no batch in flight between movedAway's check and the change
+		defer s.mig.mu.Unlock()
+	}
 	s.topoMu.Lock()
 	defer s.topoMu.Unlock()
 	cur := s.nodeState()
@@ -372,6 +404,8 @@ func (s *Server) setSlots(c *Client, w *Out, lo, hi int, action, id string) {
 // stay equal); this node's move of it, either way, ends. Giving the slot
 // away is refused while a live key of it is here (commitState).
 func (s *Server) setSlotNode(c *Client, w *Out, slot int, id string) {
+	s.mig.mu.Lock()
+	defer s.mig.mu.Unlock()
 	s.topoMu.Lock()
 	defer s.topoMu.Unlock()
 	cur := s.nodeState()
@@ -396,6 +430,13 @@ func (s *Server) setSlotNode(c *Client, w *Out, slot int, id string) {
 			return
 		}
 		ns.Topology = t
+	}
+	if p := cur.Migrating[slot]; p != "" && n.ID != p {
+		// The move ends without the slot going to its target: as STABLE.
+		if e := s.movedAway(cur, []int{slot}); e != "" {
+			w.WriteError(e)
+			return
+		}
 	}
 	delete(ns.Importing, slot)
 	delete(ns.Migrating, slot)
@@ -655,6 +696,20 @@ func migrateCmd(c *Client, w *Out, args [][]byte) {
 		w.WriteError("ERR MIGRATE target is this node")
 		return
 	}
+	// Keys go only where the slot's state sends them: to the node it
+	// migrates to; or, from a node that does not serve the slot (it
+	// imports it, or holds orphans: redis-cli --cluster fix), to its owner.
+	owner, _ := ns.Topology.PrimaryOf(slot)
+	switch {
+	case ns.Migrating[slot] == dst.ID:
+	case owner != s.myID && owner == dst.ID:
+	case ns.Migrating[slot] != "":
+		w.WriteError(fmt.Sprintf("ERR slot %d migrates to %s, not to %s", slot, ns.Migrating[slot], dst.ID))
+		return
+	default:
+		w.WriteError(fmt.Sprintf("ERR slot %d is not migrating to %s (CLUSTER SETSLOT %d MIGRATING %s first)", slot, dst.ID, slot, dst.ID))
+		return
+	}
 	timeout := time.Duration(timeoutMs) * time.Millisecond
 	if timeoutMs <= 0 {
 		timeout = time.Second
@@ -744,6 +799,17 @@ func clusterMoveKeys(c *Client, w *Out, args [][]byte) {
 	}
 	in := func(slot int) bool { return ns.Migrating[slot] == id }
 	gate := store.SlotMigrating
+	if !orphans {
+		any := false
+		for _, p := range ns.Migrating {
+			any = any || p == id
+		}
+		if !any {
+			// Not "0 keys left": a caller would take the move as done.
+			w.WriteError("ERR no slot is migrating to " + trunc(id, 64))
+			return
+		}
+	}
 	if orphans {
 		gate = store.SlotNotOwned
 		in = func(slot int) bool {
@@ -844,7 +910,7 @@ func clusterMigrateState(c *Client, w *Out, args [][]byte) {
 		case ns.Importing[slot] == src:
 			r = &replace[sh]
 			r.Replace = true
-		case owner == s.myID:
+		case owner == s.myID && ns.Migrating[slot] == "":
 			r = &merge[sh]
 		default:
 			w.WriteError(s.redirect(&store.Redirect{Kind: store.Moved, Slot: slot}))
@@ -896,4 +962,24 @@ func clusterMigrateState(c *Client, w *Out, args [][]byte) {
 	}
 	s.mig.received.Add(applied)
 	w.WriteOK()
+}
+
+// warnOrphans logs, once the node serves, the keys it reloaded of slots it
+// neither owns nor imports (an interrupted move of an older cellserver, or
+// a topology applied while it was down): they are never served, and
+// `cellserver cluster apply` merges them into their owner.
+func (s *Server) warnOrphans() {
+	sess := s.st.NewSession()
+	reqs := make([]store.SlotKeyCountReq, s.st.NumShards())
+	for i := range reqs {
+		sess.AddTo(i, &reqs[i])
+	}
+	sess.Run()
+	var n int64
+	for i := range reqs {
+		n += reqs[i].Orphans
+	}
+	if n > 0 {
+		s.log.Warn("cluster: this node holds keys of slots it does not serve; they answer MOVED until `cellserver cluster apply` merges them into their owner", "keys", n)
+	}
 }

@@ -14,19 +14,30 @@ import (
 
 // twoNodes is a harness for node 127.0.0.1:7001 of a two-node cluster
 // (7001 owns slots 0-8191, 7002 the rest); it returns the two node ids.
-func twoNodes(t *testing.T, extra ...func(*Config)) (*harness, string, string) {
+func twoNodes(t *testing.T) (*harness, string, string) {
+	h, ids := clusterOf(t, 2)
+	return h, ids[0], ids[1]
+}
+
+// clusterOf is a harness for node 127.0.0.1:7001 of an n-node cluster on
+// ports 7001... (cluster.Init's even split); it returns the node ids.
+func clusterOf(t *testing.T, n int) (*harness, []string) {
 	t.Helper()
-	cfg := Config{Cluster: ClusterConfig{Mode: ClusterYes, Host: "127.0.0.1", Port: 7001}}
-	for _, f := range extra {
-		f(&cfg)
+	h := newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterYes, Host: "127.0.0.1", Port: 7001}})
+	var addrs []string
+	for i := range n {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", 7001+i))
 	}
-	h := newHarness(t, cfg)
-	top, err := cluster.Init([]string{"127.0.0.1:7001", "127.0.0.1:7002"}, 1)
+	top, err := cluster.Init(addrs, 1)
 	require.NoError(t, err)
 	doc, err := top.Marshal()
 	require.NoError(t, err)
 	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
-	return h, top.Shards[0].Primary.ID, top.Shards[1].Primary.ID
+	var ids []string
+	for _, sh := range top.Shards {
+		ids = append(ids, sh.Primary.ID)
+	}
+	return h, ids
 }
 
 // keyOfSlot returns a key of slot.
@@ -181,4 +192,46 @@ func TestOpenSlotTransactionsAndAsking(t *testing.T) {
 	assert.True(t, strings.HasSuffix(out, moved), "a refused command consumed ASKING: %q", out)
 	out = h.do([]string{"MULTI"}, []string{"ASKING"}, []string{"EXEC"}, []string{"GET", in})
 	assert.True(t, strings.HasSuffix(out, moved), "ASKING run by EXEC ends with it: %q", out)
+}
+
+// TestOpenSlotsCannotBeStranded: the second review's cases. An open slot
+// is not re-targeted; NODE to itself of a migrating slot checks the target
+// as STABLE does; MOVEKEYS with nothing migrating is an error, not "0
+// left"; SETTOPOLOGY refuses a document that gives an open slot to a third
+// node; MIGRATE sends keys only where the slot's state sends them; inside
+// an EXEC whose keys were all here nothing is redirected.
+func TestOpenSlotsCannotBeStranded(t *testing.T) {
+	h, ids := clusterOf(t, 3)
+	me, b, c := ids[0], ids[1], ids[2]
+	ok := "+OK\r\n"
+	k5 := keyOfSlot(t, "x", 5)
+	h.do([]string{"CL.THROTTLE", k5, "5", "1", "60"}) // before slot 5 opens: a new key there would be ASKed for
+	assert.Equal(t, "-ERR no slot is migrating to "+b+"\r\n", h.do([]string{"CLUSTER", "MOVEKEYS", b, "100"}))
+	require.Equal(t, ok, h.do([]string{"CLUSTER", "SETSLOT", "5", "MIGRATING", b}))
+	assert.Equal(t, "-ERR slot 5 is already migrating to "+b+": close that move first (SETSLOT 5 STABLE)\r\n",
+		h.do([]string{"CLUSTER", "SETSLOT", "5", "MIGRATING", c}))
+	require.Equal(t, ok, h.do([]string{"CLUSTER", "SETSLOT", "9000", "IMPORTING", b}))
+	assert.Equal(t, "-ERR slot 9000 is already importing from "+b+": close that move first (SETSLOT 9000 STABLE)\r\n",
+		h.do([]string{"CLUSTER", "SETSLOT", "9000", "IMPORTING", c}))
+	assert.Contains(t, h.do([]string{"CLUSTER", "SETSLOT", "5", "NODE", me}), "-ERR cannot ask 127.0.0.1:7002 whether it holds keys", "as STABLE")
+
+	// A document giving slot 5 to the third node strands what moved to b.
+	top, err := cluster.Init([]string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}, 2)
+	require.NoError(t, err)
+	top.Shards[0].Slots = [][2]int{{0, 4}, {6, 5460}}
+	top.Shards[2].Slots = [][2]int{{5, 5}, {10923, 16383}}
+	require.NoError(t, top.Validate())
+	doc, err := top.Marshal()
+	require.NoError(t, err)
+	assert.Equal(t, "-ERR slot 5 is migrating to "+b+": the document must give it to that node or leave both with it open; finish or close that move first\r\n",
+		h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
+
+	k6 := keyOfSlot(t, "m", 6)
+	h.do([]string{"CL.THROTTLE", k6, "5", "1", "60"})
+	assert.Equal(t, "-ERR slot 6 is not migrating to "+b+" (CLUSTER SETSLOT 6 MIGRATING "+b+" first)\r\n",
+		h.do([]string{"MIGRATE", "127.0.0.1", "7002", "", "0", "100", "KEYS", k6}))
+
+	out := h.do([]string{"MULTI"}, []string{"CL.THROTTLE", k5, "5", "1", "60"}, []string{"DEL", k5}, []string{"CL.THROTTLE", k5, "5", "1", "60"}, []string{"EXEC"})
+	assert.True(t, strings.HasSuffix(out, "+QUEUED\r\n*3\r\n*5\r\n:0\r\n:6\r\n:4\r\n:-1\r\n:120\r\n:1\r\n*5\r\n:0\r\n:6\r\n:5\r\n:-1\r\n:60\r\n"),
+		"a key the transaction deletes and makes again is not redirected: %q", out)
 }

@@ -661,7 +661,7 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		return
 	}
 	if cmd.FirstKey > 0 && s.clusterOn() && !cmd.SelfRouted {
-		if e := s.route(cmd, args); e != "" {
+		if e := s.route(c, cmd, args); e != "" {
 			c.reject(cmd, e)
 			return
 		}

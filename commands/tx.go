@@ -375,6 +375,8 @@ func execCmd(c *Client, w *Out, _ [][]byte) {
 		w.WriteError(e) // nothing ran, as Redis's EXEC in a slot being moved
 		return
 	}
+	sess.SetInTx(true)
+	defer sess.SetInTx(false)
 	w.WriteArray(len(cmds))
 	// Every queued command runs (the transaction is all or nothing), but
 	// once the replies pass the client's output limit the rest are

@@ -75,6 +75,9 @@ func (sh *shard) admit(op *envelope, now int64) bool {
 	case SlotNotOwned:
 		op.status = &Redirect{Kind: Moved, Slot: slot}
 	case SlotMigrating:
+		if op.inTx {
+			return true
+		}
 		// Redis's rule for a migrating slot: all of the keys here → run;
 		// none → ASK (they moved, or are new: the target creates them);
 		// some → TRYAGAIN. An expired key is missing, as in Redis.
@@ -275,8 +278,8 @@ type RestoreReq struct {
 	Replace bool
 	Applied int64 // out: keys changed
 	// Refused (out) is a slot whose gate does not allow the restore, or
-	// -1: a replace needs SlotImporting, a merge SlotOwned or
-	// SlotMigrating (decided here, when it runs, so that a slot closed
+	// -1: a replace needs SlotImporting, a merge SlotOwned (a key of a
+	// migrating slot may be on its target already; decided here, when it runs, so that a slot closed
 	// meanwhile takes nothing). A refused request changes nothing.
 	Refused int
 }
@@ -287,7 +290,7 @@ func (r *RestoreReq) run(sh *shard, now int64) {
 		for _, en := range r.Entries {
 			slot := cluster.KeySlot(en.Key)
 			g := sh.gate[slot-sh.slotLo]
-			if (r.Replace && g != SlotImporting) || (!r.Replace && g != SlotOwned && g != SlotMigrating) {
+			if (r.Replace && g != SlotImporting) || (!r.Replace && g != SlotOwned) {
 				r.Refused = slot
 				return
 			}

@@ -54,6 +54,7 @@ type envelope struct {
 	cand   int64  // warm's guess at key's entry, from the index (-1: none); set and read by warm only
 	asking bool   // the client sent ASKING for this request (cluster mode: see shard.admit)
 	nogate bool   // not a request on the key's data (tracking interest): never redirected
+	inTx   bool   // run by an EXEC whose keys were checked together (Session.SetInTx)
 }
 
 // addressed readies the envelope of req, a request on key, for

@@ -443,6 +443,7 @@ type Session struct {
 	st      *Store
 	home    *Owner // the owner whose goroutine runs the session (SetHome)
 	asking  bool   // SetAsking
+	inTx    bool   // SetInTx
 	pending [][]*envelope
 	touched []int
 	batches []batch
@@ -574,13 +575,20 @@ func (w *syncWait) await(f func()) bool {
 // imports. The caller sets it for one command's requests, then clears it.
 func (ss *Session) SetAsking(on bool) { ss.asking = on }
 
+// SetInTx marks the requests added from now on as an EXEC's whose keys
+// were checked together under its hold (all of them here): in a slot
+// migrating away they run whether or not each key is still here, as
+// Redis redirects nothing inside EXEC (a key a transaction deletes and
+// makes again cannot be on the target meanwhile: the hold stops moves).
+func (ss *Session) SetInTx(on bool) { ss.inTx = on }
+
 // Asking reports SetAsking's setting.
 func (ss *Session) Asking() bool { return ss.asking }
 
 // Add queues a request on its key's shard.
 func (ss *Session) Add(r KeyedRequest) {
 	op := r.route()
-	op.asking = ss.asking
+	op.asking, op.inTx = ss.asking, ss.inTx
 	ss.queue(ss.st.ShardOf(op.key), op)
 }
 

@@ -128,6 +128,10 @@ type fakeNode struct {
 	mu       sync.Mutex
 	received []string
 	getstate int
+	// migrating holds the slots SETSLOTRANGE ... MIGRATING opened, until
+	// a SETTOPOLOGY or STABLE: GETSTATE shows them (apply checks them
+	// before its flip), without taking the next of states meanwhile.
+	migrating map[int]string
 }
 
 // fakeLog is the order in which the fakes of a test got their commands:
@@ -221,7 +225,14 @@ func (f *fakeNode) cluster(c redcon.Conn, cmd redcon.Command) {
 	switch {
 	case sub == "SETTOPOLOGY" && len(words) == 3:
 		f.received = append(f.received, words[2])
+		f.migrating = nil
 		f.reply(c)
+	case sub == "GETSTATE" && len(f.migrating) > 0:
+		var open []string
+		for _, e := range cluster.Sorted(f.migrating) {
+			open = append(open, fmt.Sprintf("[%d,%q]", e.Slot, e.Peer))
+		}
+		c.WriteBulkString(fakeState(f.node().ID, 0, nil, 0, "["+strings.Join(open, ",")+"]"))
 	case sub == "GETSTATE":
 		if len(f.states) == 0 {
 			c.WriteBulkString(fakeState(f.node().ID, 0, nil, 0))
@@ -230,6 +241,16 @@ func (f *fakeNode) cluster(c redcon.Conn, cmd redcon.Command) {
 		c.WriteBulkString(f.states[min(f.getstate, len(f.states)-1)])
 		f.getstate++
 	case sub == "SETSLOTRANGE":
+		if len(words) == 6 && strings.EqualFold(words[4], "migrating") {
+			lo, _ := strconv.Atoi(words[2])
+			hi, _ := strconv.Atoi(words[3])
+			if f.migrating == nil {
+				f.migrating = map[int]string{}
+			}
+			for slot := lo; slot <= hi; slot++ {
+				f.migrating[slot] = words[5]
+			}
+		}
 		c.WriteString("OK")
 	case sub == "MOVEKEYS":
 		var n int64
@@ -432,10 +453,11 @@ func TestClusterApplyMovesKeys(t *testing.T) {
 		pa + "CLUSTER SETTOPOLOGY",
 	}, order)
 	all := log.get()
-	require.Len(t, all, 7+6, all) // preflight, after the flip, at the end: 2 each
+	require.Len(t, all, 7+7, all) // preflight, after the flip, at the end: 2 each; the source's before the flip
 	for _, l := range all[:2] {
 		assert.True(t, strings.HasSuffix(l, "GETSTATE"), l)
 	}
+	assert.Equal(t, pa+"CLUSTER GETSTATE", all[7], "the source's slots are checked still open just before the flip")
 }
 
 func TestClusterApplyStops(t *testing.T) {

@@ -688,6 +688,9 @@ func (a *applier) run() int {
 				m.Slots, m.Src.Addr(), m.Dst.Addr(), n)
 		}
 	}
+	if code := a.stillOpen(moves); code != 0 {
+		return code
+	}
 	if code := a.flip(views, moves); code != 0 {
 		return code
 	}
@@ -915,6 +918,30 @@ func (a *applier) verify(views []nodeView) int {
 	}
 	if bad > 0 {
 		return a.fail("epoch %d is applied, but %d of %d nodes are not settled", a.doc.Epoch, bad, len(views))
+	}
+	return 0
+}
+
+// stillOpen checks, just before the flip, that every moved slot still
+// migrates from its source to its destination and that the source holds
+// none of its keys: someone may have closed or re-targeted a slot since
+// it was opened (another apply, redis-cli, SETSLOT by hand), and flipping
+// it then would have two nodes serve its keys.
+func (a *applier) stillOpen(moves []slotMove) int {
+	for _, m := range moves {
+		st, err := a.auth.getState(m.Src.Addr())
+		if err != nil {
+			a.nodeLine(m.Src, "CLUSTER GETSTATE", err)
+			return a.fail("cannot check the moved slots on %s before the flip; nothing flipped: run apply again", m.Src.Addr())
+		}
+		for _, r := range m.Slots {
+			for slot := r[0]; slot <= r[1]; slot++ {
+				if st.Migrating[slot] != m.Dst.ID {
+					a.nodeError(m.Src, fmt.Sprintf("slot %d no longer migrates to %s", slot, m.Dst.Addr()))
+					return a.fail("slot %d was closed or re-targeted on %s during the move; nothing flipped: check it, then run apply again", slot, m.Src.Addr())
+				}
+			}
+		}
 	}
 	return 0
 }
