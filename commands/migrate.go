@@ -333,6 +333,8 @@ func clusterSetSlot(c *Client, w *Out, args [][]byte) {
 	switch {
 	case action == "stable" && len(args) == 4:
 		s.setSlots(c, w, slot, slot, action, "")
+	case action == "stable" && len(args) == 5 && strings.EqualFold(string(args[4]), "force"):
+		s.setSlots(c, w, slot, slot, "force", "")
 	case (action == "importing" || action == "migrating") && len(args) == 5:
 		s.setSlots(c, w, slot, slot, action, string(args[4]))
 	case action == "node" && len(args) == 5:
@@ -357,6 +359,8 @@ func clusterSetSlotRange(c *Client, w *Out, args [][]byte) {
 	switch action := strings.ToLower(string(args[4])); {
 	case action == "stable" && len(args) == 5:
 		c.srv.setSlots(c, w, lo, hi, action, "")
+	case action == "stable" && len(args) == 6 && strings.EqualFold(string(args[5]), "force"):
+		c.srv.setSlots(c, w, lo, hi, "force", "")
 	case (action == "importing" || action == "migrating") && len(args) == 6:
 		c.srv.setSlots(c, w, lo, hi, action, string(args[5]))
 	default:
@@ -368,8 +372,15 @@ func clusterSetSlotRange(c *Client, w *Out, args [][]byte) {
 const errNoTopology = "ERR this node has no topology yet: apply one first (cellserver cluster apply)"
 
 // setSlots applies SETSLOT IMPORTING/MIGRATING/STABLE to slots lo..hi,
-// all or nothing, as one saved change.
+// all or nothing, as one saved change. "force" is STABLE without asking
+// the targets (cellserver's STABLE FORCE): for a target lost for good, whose
+// keys of the slots then start afresh here.
 func (s *Server) setSlots(c *Client, w *Out, lo, hi int, action, id string) {
+	force := action == "force"
+	if force {
+		action = "stable"
+		s.log.Warn("cluster: SETSLOT STABLE FORCE: keys of these slots on their target are abandoned", "first", lo, "last", hi)
+	}
 	if action == "stable" {
 		s.mig.mu.Lock() // no batch in flight between movedAway's check and the change
 		defer s.mig.mu.Unlock()
@@ -390,7 +401,7 @@ func (s *Server) setSlots(c *Client, w *Out, lo, hi int, action, id string) {
 		}
 		slots = append(slots, slot)
 	}
-	if action == "stable" {
+	if action == "stable" && !force {
 		if e := s.movedAway(cur, slots); e != "" {
 			w.WriteError(e)
 			return

@@ -234,4 +234,14 @@ func TestOpenSlotsCannotBeStranded(t *testing.T) {
 	out := h.do([]string{"MULTI"}, []string{"CL.THROTTLE", k5, "5", "1", "60"}, []string{"DEL", k5}, []string{"CL.THROTTLE", k5, "5", "1", "60"}, []string{"EXEC"})
 	assert.True(t, strings.HasSuffix(out, "+QUEUED\r\n*3\r\n*5\r\n:0\r\n:6\r\n:4\r\n:-1\r\n:120\r\n:1\r\n*5\r\n:0\r\n:6\r\n:5\r\n:-1\r\n:60\r\n"),
 		"a key the transaction deletes and makes again is not redirected: %q", out)
+
+	// IMPORTSTATE names no keys EXEC could check: refused inside MULTI.
+	assert.Equal(t, "+OK\r\n-ERR Command not allowed inside a transaction\r\n",
+		h.do([]string{"MULTI"}, []string{"CLUSTER", "IMPORTSTATE", k6, "1", "-1"}))
+	h.do([]string{"DISCARD"})
+	// A target lost for good: STABLE FORCE closes without asking it.
+	gone := keyOfSlot(t, "gone", 5)
+	assert.Equal(t, "-ASK 5 127.0.0.1:7002\r\n", h.do([]string{"GET", gone}))
+	assert.Equal(t, ok, h.do([]string{"CLUSTER", "SETSLOT", "5", "STABLE", "FORCE"}))
+	assert.Equal(t, "$-1\r\n", h.do([]string{"GET", gone}), "served here again")
 }

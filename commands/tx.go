@@ -124,10 +124,11 @@ func (s *Server) txQueued(c *Client, cmd *Command, args [][]byte, out *Out) bool
 		return false
 	}
 	tx := c.tx
-	if cmd.admin && cmd.Slow && (cmd.Group == "cluster" || strings.HasPrefix(cmd.Name, "cluster|") || cmd.Name == "migrate") {
+	if cmd.admin && (strings.HasPrefix(cmd.Name, "cluster|") || cmd.Name == "migrate") {
 		// They hold shards themselves, or wait on other nodes, which may
 		// be moving keys to this one: under EXEC's hold of every shard,
-		// the two would wait on each other.
+		// the two would wait on each other. (IMPORTSTATE names no keys
+		// EXEC could check against a slot being moved.)
 		c.reject(cmd, ErrNotInMulti)
 		return true
 	}

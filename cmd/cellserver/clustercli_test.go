@@ -128,10 +128,10 @@ type fakeNode struct {
 	mu       sync.Mutex
 	received []string
 	getstate int
-	// migrating holds the slots SETSLOTRANGE ... MIGRATING opened, until
+	// migrating and importing hold the slots SETSLOTRANGE opened, until
 	// a SETTOPOLOGY or STABLE: GETSTATE shows them (apply checks them
 	// before its flip), without taking the next of states meanwhile.
-	migrating map[int]string
+	migrating, importing map[int]string
 }
 
 // fakeLog is the order in which the fakes of a test got their commands:
@@ -225,14 +225,17 @@ func (f *fakeNode) cluster(c redcon.Conn, cmd redcon.Command) {
 	switch {
 	case sub == "SETTOPOLOGY" && len(words) == 3:
 		f.received = append(f.received, words[2])
-		f.migrating = nil
+		f.migrating, f.importing = nil, nil
 		f.reply(c)
-	case sub == "GETSTATE" && len(f.migrating) > 0:
-		var open []string
-		for _, e := range cluster.Sorted(f.migrating) {
-			open = append(open, fmt.Sprintf("[%d,%q]", e.Slot, e.Peer))
+	case sub == "GETSTATE" && len(f.migrating)+len(f.importing) > 0:
+		list := func(m map[int]string) string {
+			var open []string
+			for _, e := range cluster.Sorted(m) {
+				open = append(open, fmt.Sprintf("[%d,%q]", e.Slot, e.Peer))
+			}
+			return "[" + strings.Join(open, ",") + "]"
 		}
-		c.WriteBulkString(fakeState(f.node().ID, 0, nil, 0, "["+strings.Join(open, ",")+"]"))
+		c.WriteBulkString(fakeState(f.node().ID, 0, nil, 0, list(f.migrating), list(f.importing)))
 	case sub == "GETSTATE":
 		if len(f.states) == 0 {
 			c.WriteBulkString(fakeState(f.node().ID, 0, nil, 0))
@@ -241,14 +244,18 @@ func (f *fakeNode) cluster(c redcon.Conn, cmd redcon.Command) {
 		c.WriteBulkString(f.states[min(f.getstate, len(f.states)-1)])
 		f.getstate++
 	case sub == "SETSLOTRANGE":
-		if len(words) == 6 && strings.EqualFold(words[4], "migrating") {
+		if len(words) == 6 {
 			lo, _ := strconv.Atoi(words[2])
 			hi, _ := strconv.Atoi(words[3])
-			if f.migrating == nil {
-				f.migrating = map[int]string{}
+			m := &f.importing
+			if strings.EqualFold(words[4], "migrating") {
+				m = &f.migrating
+			}
+			if *m == nil {
+				*m = map[int]string{}
 			}
 			for slot := lo; slot <= hi; slot++ {
-				f.migrating[slot] = words[5]
+				(*m)[slot] = words[5]
 			}
 		}
 		c.WriteString("OK")
@@ -453,7 +460,7 @@ func TestClusterApplyMovesKeys(t *testing.T) {
 		pa + "CLUSTER SETTOPOLOGY",
 	}, order)
 	all := log.get()
-	require.Len(t, all, 7+7, all) // preflight, after the flip, at the end: 2 each; the source's before the flip
+	require.Len(t, all, 7+8, all) // preflight, after the flip, at the end: 2 each; both before the flip
 	for _, l := range all[:2] {
 		assert.True(t, strings.HasSuffix(l, "GETSTATE"), l)
 	}

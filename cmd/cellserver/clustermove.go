@@ -923,22 +923,32 @@ func (a *applier) verify(views []nodeView) int {
 }
 
 // stillOpen checks, just before the flip, that every moved slot still
-// migrates from its source to its destination and that the source holds
-// none of its keys: someone may have closed or re-targeted a slot since
-// it was opened (another apply, redis-cli, SETSLOT by hand), and flipping
-// it then would have two nodes serve its keys.
+// migrates from its source to its destination, and that the destination
+// still imports it from that source: someone may have closed or
+// re-targeted a slot since it was opened (another apply, redis-cli, SETSLOT
+// by hand), and flipping it then could have two nodes serve its keys. (The
+// source itself refuses the flip while it holds keys of a slot.)
 func (a *applier) stillOpen(moves []slotMove) int {
 	for _, m := range moves {
-		st, err := a.auth.getState(m.Src.Addr())
+		src, err := a.auth.getState(m.Src.Addr())
 		if err != nil {
 			a.nodeLine(m.Src, "CLUSTER GETSTATE", err)
 			return a.fail("cannot check the moved slots on %s before the flip; nothing flipped: run apply again", m.Src.Addr())
 		}
+		dst, err := a.auth.getState(m.Dst.Addr())
+		if err != nil {
+			a.nodeLine(m.Dst, "CLUSTER GETSTATE", err)
+			return a.fail("cannot check the moved slots on %s before the flip; nothing flipped: run apply again", m.Dst.Addr())
+		}
 		for _, r := range m.Slots {
 			for slot := r[0]; slot <= r[1]; slot++ {
-				if st.Migrating[slot] != m.Dst.ID {
+				switch {
+				case src.Migrating[slot] != m.Dst.ID:
 					a.nodeError(m.Src, fmt.Sprintf("slot %d no longer migrates to %s", slot, m.Dst.Addr()))
 					return a.fail("slot %d was closed or re-targeted on %s during the move; nothing flipped: check it, then run apply again", slot, m.Src.Addr())
+				case dst.Importing[slot] != m.Src.ID:
+					a.nodeError(m.Dst, fmt.Sprintf("slot %d is no longer importing from %s", slot, m.Src.Addr()))
+					return a.fail("slot %d was closed or re-targeted on %s during the move; nothing flipped: check it, then run apply again", slot, m.Dst.Addr())
 				}
 			}
 		}
