@@ -83,7 +83,7 @@ func (s *Server) initCluster() error {
 		s.topo.Store(ns.Topology)
 		// Before the wire layer serves: no request runs yet.
 		s.st.InitGate(s.gateOf(ns))
-		go s.warnOrphans()
+		s.orphanCheck = true // at the first connection: see NewClient
 	default:
 		return fmt.Errorf("cluster mode must be no, emulated or yes, got %q", cc.Mode)
 	}

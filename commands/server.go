@@ -130,6 +130,10 @@ type Server struct {
 	// open slots; topo is its Topology (written together, under topoMu).
 	nstate atomic.Pointer[cluster.NodeState]
 	mig    migration
+	// orphanCheck: warn of keys of slots not served here, once serving
+	// (warnOrphans, at the first connection).
+	orphanCheck bool
+	orphanOnce  sync.Once
 
 	sleep func(time.Duration) // the pause after a failed AUTH; tests record it instead
 
@@ -383,6 +387,12 @@ type slot struct {
 
 // NewClient registers a connection. Call Close when it ends.
 func (s *Server) NewClient(remote, local net.Addr) *Client {
+	if s.orphanCheck {
+		// Once the wire layer serves (its event loops run the shards): a
+		// session started before could wait forever on a store that never
+		// serves, and hold up its Close.
+		s.orphanOnce.Do(func() { go s.warnOrphans() })
+	}
 	c := &Client{
 		srv:     s,
 		ID:      s.nextID.Add(1),
