@@ -40,10 +40,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 )
@@ -515,19 +513,13 @@ func (r Ranges) String() string {
 
 // Load reads and validates the topology saved at path. A missing file is not
 // an error: it returns (nil, nil), meaning no topology yet.
+// It reads what a node saves (LoadNodeState), a bare document included.
 func Load(path string) (*Topology, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	s, err := LoadNodeState(path)
+	if s == nil || err != nil {
 		return nil, err
 	}
-	t, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return t, nil
+	return s.Topology, nil
 }
 
 // Save writes t (as Marshal encodes it) to path atomically: a temporary file

@@ -58,7 +58,7 @@ func (s *Server) initCluster() error {
 		if err != nil {
 			return err
 		}
-		s.topo.Store(t)
+		s.nstate.Store(&cluster.NodeState{Topology: t})
 	case ClusterYes:
 		ns := &cluster.NodeState{Migrating: map[int]string{}, Importing: map[int]string{}}
 		if cc.TopologyPath != "" {
@@ -80,7 +80,6 @@ func (s *Server) initCluster() error {
 				"migrating", len(ns.Migrating), "importing", len(ns.Importing))
 		}
 		s.nstate.Store(ns)
-		s.topo.Store(ns.Topology)
 		// Before the wire layer serves: no request runs yet.
 		s.st.InitGate(s.gateOf(ns))
 		s.orphanCheck = true // at the first connection: see NewClient
@@ -135,14 +134,15 @@ func (s *Server) Locate(slot int) (addr string, local, known bool) {
 	if s.cfg.Cluster.Mode == ClusterEmulated {
 		return "", true, true
 	}
-	if ns := s.nstate.Load(); ns != nil && len(ns.Importing) > 0 && ns.Importing[slot] != "" {
+	ns := s.nstate.Load()
+	if ns == nil || ns.Topology == nil {
+		return "", false, false
+	}
+	if len(ns.Importing) > 0 && ns.Importing[slot] != "" {
 		// Served here after ASKING: the shard decides (store's gate).
 		return "", true, true
 	}
-	t := s.topo.Load()
-	if t == nil {
-		return "", false, false
-	}
+	t := ns.Topology
 	sh, ok := t.Owner(slot)
 	if !ok {
 		return "", false, false
@@ -241,7 +241,7 @@ func clusterSlots(c *Client, w *Out, _ [][]byte) {
 	if !clusterGuard(c, w) {
 		return
 	}
-	t := c.srv.topo.Load()
+	t := c.srv.topology()
 	rs := slotRanges(t)
 	w.WriteArray(len(rs))
 	for _, r := range rs {
@@ -265,7 +265,7 @@ func clusterShards(c *Client, w *Out, _ [][]byte) {
 	if !clusterGuard(c, w) {
 		return
 	}
-	t := c.srv.topo.Load()
+	t := c.srv.topology()
 	if t == nil {
 		w.WriteArray(0)
 		return
@@ -319,7 +319,7 @@ func clusterNodes(c *Client, w *Out, _ [][]byte) {
 		return
 	}
 	s := c.srv
-	t := s.topo.Load()
+	t := s.topology()
 	var b strings.Builder
 	if t == nil {
 		// Not configured yet: only this node, owning nothing.
@@ -374,7 +374,7 @@ func clusterInfo(c *Client, w *Out, _ [][]byte) {
 	if !clusterGuard(c, w) {
 		return
 	}
-	t := c.srv.topo.Load()
+	t := c.srv.topology()
 	assigned, nodes, size := 0, 0, 0
 	var epoch uint64
 	if t != nil {

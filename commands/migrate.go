@@ -56,13 +56,19 @@ type migration struct {
 	peers    map[string]*redis.Client
 }
 
-// nodeState is the node's cluster state; never nil in cluster mode yes.
+// nodeState is the node's cluster state (the zero state outside the
+// cluster modes).
 func (s *Server) nodeState() *cluster.NodeState {
 	if ns := s.nstate.Load(); ns != nil {
 		return ns
 	}
-	return &cluster.NodeState{}
+	return &noNodeState
 }
+
+var noNodeState cluster.NodeState
+
+// topology is the node's topology (nil: none yet, or not a cluster node).
+func (s *Server) topology() *cluster.Topology { return s.nodeState().Topology }
 
 // gateOf is what each shard must know of every slot under ns.
 func (s *Server) gateOf(ns *cluster.NodeState) *[cluster.SlotCount]uint8 {
@@ -121,7 +127,6 @@ func (s *Server) commitState(c *Client, ns *cluster.NodeState) string {
 		dropped += reqs[i].Dropped
 	}
 	s.nstate.Store(ns)
-	s.topo.Store(ns.Topology)
 	if dropped > 0 {
 		s.log.Info("cluster: dropped the expired keys of slots this node gave up", "keys", dropped)
 	}
@@ -381,17 +386,11 @@ func (s *Server) setSlots(c *Client, w *Out, lo, hi int, action, id string) {
 		action = "stable"
 		s.log.Warn("cluster: SETSLOT STABLE FORCE: keys of these slots on their target are abandoned", "first", lo, "last", hi)
 	}
-	if action == "stable" {
-		s.mig.mu.Lock() // no batch in flight between movedAway's check and the change
-		defer s.mig.mu.Unlock()
-	}
-	s.topoMu.Lock()
-	defer s.topoMu.Unlock()
-	cur := s.nodeState()
-	if cur.Topology == nil {
-		w.WriteError(errNoTopology)
+	cur, unlock := s.lockSlotChange(w, action == "stable")
+	if cur == nil {
 		return
 	}
+	defer unlock()
 	ns := cur.Clone()
 	slots := make([]int, 0, hi-lo+1)
 	for slot := lo; slot <= hi; slot++ {
@@ -415,15 +414,11 @@ func (s *Server) setSlots(c *Client, w *Out, lo, hi int, action, id string) {
 // stay equal); this node's move of it, either way, ends. Giving the slot
 // away is refused while a live key of it is here (commitState).
 func (s *Server) setSlotNode(c *Client, w *Out, slot int, id string) {
-	s.mig.mu.Lock()
-	defer s.mig.mu.Unlock()
-	s.topoMu.Lock()
-	defer s.topoMu.Unlock()
-	cur := s.nodeState()
-	if cur.Topology == nil {
-		w.WriteError(errNoTopology)
+	cur, unlock := s.lockSlotChange(w, true)
+	if cur == nil {
 		return
 	}
+	defer unlock()
 	ns := cur.Clone()
 	n, _, primary, ok := ns.Topology.Node(id)
 	switch {
@@ -452,6 +447,30 @@ func (s *Server) setSlotNode(c *Client, w *Out, slot int, id string) {
 	delete(ns.Importing, slot)
 	delete(ns.Migrating, slot)
 	s.commitAndReply(c, w, ns)
+}
+
+// lockSlotChange takes the locks of a change of slot state (first mig.mu
+// when the change may end a move, so that no batch is in flight between
+// movedAway's check and the change) and returns the current state and
+// the unlock; with no topology yet it refuses, holding nothing (nil).
+func (s *Server) lockSlotChange(w *Out, endsMove bool) (*cluster.NodeState, func()) {
+	if endsMove {
+		s.mig.mu.Lock()
+	}
+	s.topoMu.Lock()
+	unlock := func() {
+		s.topoMu.Unlock()
+		if endsMove {
+			s.mig.mu.Unlock()
+		}
+	}
+	cur := s.nodeState()
+	if cur.Topology == nil {
+		unlock()
+		w.WriteError(errNoTopology)
+		return nil, nil
+	}
+	return cur, unlock
 }
 
 func (s *Server) commitAndReply(c *Client, w *Out, ns *cluster.NodeState) {

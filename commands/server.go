@@ -123,11 +123,10 @@ type Server struct {
 
 	svc *service.Service // the decision API the CL.* commands call
 
-	myID   string                           // cluster node id
-	topo   atomic.Pointer[cluster.Topology] // current cluster topology (nil: none yet)
-	topoMu sync.Mutex                       // serializes SETTOPOLOGY
-	// nstate is the node's cluster state (--cluster yes): topo and the
-	// open slots; topo is its Topology (written together, under topoMu).
+	myID   string     // cluster node id
+	topoMu sync.Mutex // serializes changes of nstate
+	// nstate is the node's cluster state (the cluster modes): its topology
+	// and, under --cluster yes, the slot moves in progress.
 	nstate atomic.Pointer[cluster.NodeState]
 	mig    migration
 	// orphanCheck: warn of keys of slots not served here, once serving

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -112,10 +113,15 @@ func doDBSize(st *Store) (int64, error) {
 	return n, err
 }
 
+// dumpReq is an ExportReq of every live key of the slot ranges.
+func dumpReq(ranges [][2]int) *ExportReq {
+	return &ExportReq{In: func(slot int) bool { return inRanges(slot, ranges) }, Max: math.MaxInt}
+}
+
 // doDump returns every live key of the slot ranges, with its state and
 // expiry, in key order.
 func doDump(st *Store, ranges [][2]int) ([]Entry, error) {
-	rs, err := onEveryShard(st, func() *DumpSlotsReq { return &DumpSlotsReq{Ranges: ranges} })
+	rs, err := onEveryShard(st, func() *ExportReq { return dumpReq(ranges) })
 	var es []Entry
 	for _, r := range rs {
 		es = append(es, r.Entries...)

@@ -94,7 +94,7 @@ func TestEveryKindStoredPersistedAndTyped(t *testing.T) {
 				assert.Equal(t, "string", typ.Kind.TypeName())
 				got := map[string][]byte{}
 				for i := range st.NumShards() {
-					op := &DumpSlotsReq{Ranges: [][2]int{{0, cluster.SlotCount - 1}}}
+					op := dumpReq([][2]int{{0, cluster.SlotCount - 1}})
 					s := st.NewSession()
 					s.AddTo(i, op)
 					s.Run()
@@ -138,7 +138,7 @@ func TestImportMergesByKind(t *testing.T) {
 	dump := &ImportReq{Key: []byte("k"), State: enc(t, limit.SWCState{WindowMS: w, StartMS: start, Cur: 1}), Expires: start + w}
 	runReq(st, []string{"k"}, dump)
 	assert.False(t, dump.Applied, "another kind merges nothing")
-	op := &DumpSlotsReq{Ranges: [][2]int{{0, cluster.SlotCount - 1}}}
+	op := dumpReq([][2]int{{0, cluster.SlotCount - 1}})
 	s := st.NewSession()
 	s.AddTo(st.ShardOf([]byte("k")), op)
 	s.Run()
@@ -171,7 +171,7 @@ func TestStateChurnCompactsArena(t *testing.T) {
 			want[key] = b
 		}
 	}
-	op := &DumpSlotsReq{Ranges: [][2]int{{0, cluster.SlotCount - 1}}}
+	op := dumpReq([][2]int{{0, cluster.SlotCount - 1}})
 	s := st.NewSession()
 	s.AddTo(0, op)
 	s.Run()

@@ -163,15 +163,14 @@ func (r *SlotStateReq) run(sh *shard, now int64) {
 // liveKeyIn returns the slot of a live key of the shard whose slot in
 // says true, or -1.
 func (sh *shard) liveKeyIn(now int64, in func(slot int) bool) int {
-	nowMs := floorMs(now)
-	for i := uint32(0); i < sh.t.nent; i++ {
-		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs {
-			if slot := cluster.KeySlot(sh.t.keyOf(e)); in(slot) {
-				return slot
-			}
+	found := -1
+	sh.eachLive(now, 0, func(_ *entry, _ []byte, slot int) bool {
+		if in(slot) {
+			found = slot
 		}
-	}
-	return -1
+		return found < 0
+	})
+	return found
 }
 
 // SlotKeyCountReq counts the live keys of the shard by the gate of their
@@ -187,14 +186,12 @@ func (r *SlotKeyCountReq) run(sh *shard, now int64) {
 	if sh.gate == nil {
 		return
 	}
-	nowMs := floorMs(now)
-	for i := uint32(0); i < sh.t.nent; i++ {
-		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs {
-			if slot := cluster.KeySlot(sh.t.keyOf(e)); sh.gate[slot-sh.slotLo] == SlotNotOwned {
-				r.Orphans++
-			}
+	sh.eachLive(now, 0, func(_ *entry, _ []byte, slot int) bool {
+		if sh.gate[slot-sh.slotLo] == SlotNotOwned {
+			r.Orphans++
 		}
-	}
+		return true
+	})
 }
 
 // ExportReq copies the live keys a migration sends: Keys if set (MIGRATE
@@ -231,17 +228,17 @@ func (r *ExportReq) run(sh *shard, now int64) {
 		}
 		return
 	}
-	i := r.Cursor
-	for ; i < sh.t.nent && len(r.Entries) < r.Max; i++ {
-		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs {
-			slot := cluster.KeySlot(sh.t.keyOf(e))
-			if r.In(slot) && (!r.Gated || sh.gate == nil || sh.gate[slot-sh.slotLo] == r.Gate) {
-				add(e)
-			}
-		}
+	if r.Max <= 0 {
+		return
 	}
-	if i < sh.t.nent {
-		r.Next = i
+	next := sh.eachLive(now, r.Cursor, func(e *entry, _ []byte, slot int) bool {
+		if r.In(slot) && (!r.Gated || sh.gate == nil || sh.gate[slot-sh.slotLo] == r.Gate) {
+			add(e)
+		}
+		return len(r.Entries) < r.Max
+	})
+	if next < sh.t.nent {
+		r.Next = next
 	}
 }
 
@@ -376,17 +373,13 @@ type PresentReq struct {
 func (r *PresentReq) run(sh *shard, now int64) {
 	r.Present, r.Distinct = 0, 0
 	nowMs := floorMs(now)
-	for i, k := range r.Keys {
-		dup := false
-		for _, p := range r.Keys[:i] {
-			if bytes.Equal(p, k) {
-				dup = true
-				break
-			}
-		}
-		if dup {
+	// A transaction may name tens of thousands of keys: a set, not pairs.
+	seen := make(map[string]struct{}, len(r.Keys))
+	for _, k := range r.Keys {
+		if _, dup := seen[string(k)]; dup {
 			continue
 		}
+		seen[string(k)] = struct{}{}
 		r.Distinct++
 		if sh.find(k, sh.t.hash(k), nowMs) >= 0 {
 			r.Present++

@@ -19,13 +19,13 @@ type SlotCountReq struct {
 }
 
 func (r *SlotCountReq) run(sh *shard, now int64) {
-	nowMs := floorMs(now)
 	r.Count = 0
-	for i := uint32(0); i < sh.t.nent; i++ {
-		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == r.Slot {
+	sh.eachLive(now, 0, func(_ *entry, _ []byte, slot int) bool {
+		if slot == r.Slot {
 			r.Count++
 		}
-	}
+		return true
+	})
 }
 
 // SlotKeysReq is CLUSTER GETKEYSINSLOT.
@@ -37,31 +37,33 @@ type SlotKeysReq struct {
 }
 
 func (r *SlotKeysReq) run(sh *shard, now int64) {
-	nowMs := floorMs(now)
 	r.Keys = r.Keys[:0]
-	for i := uint32(0); i < sh.t.nent && len(r.Keys) < r.Max; i++ {
-		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && cluster.KeySlot(sh.t.keyOf(e)) == r.Slot {
-			r.Keys = append(r.Keys, append([]byte(nil), sh.t.keyOf(e)...))
-		}
+	if r.Max <= 0 {
+		return
 	}
+	sh.eachLive(now, 0, func(_ *entry, key []byte, slot int) bool {
+		if slot == r.Slot {
+			r.Keys = append(r.Keys, bytes.Clone(key))
+		}
+		return len(r.Keys) < r.Max
+	})
 }
 
-// DumpSlotsReq copies the state of every live key of the shard whose slot
-// is in Ranges, to move it to another node.
-type DumpSlotsReq struct {
-	envelope
-	Ranges  [][2]int // inclusive slot ranges
-	Entries []Entry  // out
-}
-
-func (r *DumpSlotsReq) run(sh *shard, now int64) {
+// eachLive calls f for each live key of the shard from entry from on, with
+// its entry, key and hash slot, until f returns false; it returns the entry
+// after the last one f saw (sh.t.nent once it saw all). The scan of the
+// cluster requests: they find a slot's keys by reading every entry.
+func (sh *shard) eachLive(now int64, from uint32, f func(e *entry, key []byte, slot int) bool) uint32 {
 	nowMs := floorMs(now)
-	r.Entries = r.Entries[:0]
-	for i := uint32(0); i < sh.t.nent; i++ {
-		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs && inRanges(cluster.KeySlot(sh.t.keyOf(e)), r.Ranges) {
-			r.Entries = append(r.Entries, Entry{Key: append([]byte(nil), sh.t.keyOf(e)...), State: bytes.Clone(sh.t.state(e, nil)), Expires: e.exp()})
+	for i := from; i < sh.t.nent; i++ {
+		if e := sh.t.at(i); !e.isFree() && e.exp() >= nowMs {
+			key := sh.t.keyOf(e)
+			if !f(e, key, cluster.KeySlot(key)) {
+				return i + 1
+			}
 		}
 	}
+	return sh.t.nent
 }
 
 // DropSlotsReq removes every key of the shard whose slot is in Ranges (a

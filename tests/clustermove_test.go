@@ -1291,24 +1291,7 @@ func TestClusterNodeOnTakenPortExits(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	dir := t.TempDir()
-	for i := range 5 {
-		cmd := exec.Command(binPath, "--cluster", "yes", "--addr", ln.Addr().String(), "--data-dir", dir)
-		done := make(chan struct{})
-		var out []byte
-		go func() {
-			out, err = cmd.CombinedOutput()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Fatalf("start %d: still running 10 s after failing to listen; output:\n%s", i, out)
-		}
-		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "%s", out)
-		assert.Equal(t, 1, exit.ExitCode(), "%s", out)
-		assert.Contains(t, string(out), "address already in use")
+	for range 5 {
+		startFails(t, 1, "address already in use", "--cluster", "yes", "--addr", ln.Addr().String(), "--data-dir", dir)
 	}
 }

@@ -627,7 +627,14 @@ func checkStartFails(t *testing.T, code int, want string, args ...string) string
 	t.Helper()
 	pol := filepath.Join(t.TempDir(), "policy.yaml")
 	require.NoError(t, os.WriteFile(pol, []byte(checkPolicy), 0o644))
-	cmd := exec.Command(binPath, append([]string{"--in-memory", "--addr", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--policy-file", pol}, args...)...)
+	return startFails(t, code, want, append([]string{"--in-memory", "--addr", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--policy-file", pol}, args...)...)
+}
+
+// startFails runs the binary with args and checks that it exits within
+// 10 s with status code, saying want and no panic; it returns the output.
+func startFails(t *testing.T, code int, want string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
 	var out []byte
 	var err error
 	done := make(chan struct{})
@@ -640,7 +647,7 @@ func checkStartFails(t *testing.T, code int, want string, args ...string) string
 	case <-time.After(10 * time.Second):
 		_ = cmd.Process.Kill()
 		<-done
-		t.Fatalf("cellserver started with %q; output:\n%s", args, out)
+		t.Fatalf("cellserver still running 10 s after start with %q; output:\n%s", args, out)
 	}
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "%s", out)
