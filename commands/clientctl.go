@@ -459,6 +459,7 @@ func (s *Server) killClients(c *Client, f *killFilter) int {
 			c.closing = true
 			continue
 		}
+		cl.killed.Store(true)
 		cl.mu.Lock()
 		kill := cl.kill
 		cl.killPending = kill == nil

@@ -348,6 +348,11 @@ type Client struct {
 	skipCur, skipNext bool         // CLIENT REPLY SKIP: this command's reply, the next one's
 	kill              func()
 	killPending       bool // CLIENT KILL came before SetKill
+	// killed is set by another connection's CLIENT KILL before it asks the
+	// wire layer to close this one: from then on none of this client's
+	// commands runs (Redis frees a killed client at once, so a command it
+	// sent after the kill was answered is never run).
+	killed atomic.Bool
 	noEvict, noTouch  atomic.Bool
 	hungUp            atomic.Bool   // the connection closed (HangUp)
 	hangup            chan struct{} // closed by HangUp
@@ -587,6 +592,9 @@ func (s *Server) ExecAsync(c *Client, cmds [][][]byte, out *Out, done func()) (n
 	now := time.Now()
 	c.lastUsed.Store(now.UnixNano())
 	for _, args := range cmds {
+		if c.killed.Load() {
+			c.closing = true
+		}
 		if c.closing || out.Exceeded() {
 			break
 		}

@@ -204,6 +204,25 @@ func TestToolsClientKill(t *testing.T) {
 	a.ExpectClosed()
 }
 
+// TestToolsClientKillRunsNothingAfter: a command a killed client sends
+// once CLIENT KILL was answered never runs, as Redis frees the client at
+// once: no reply, no key. Fifty kills, because the close itself happens
+// later on the client's own event loop (the race the flag closes).
+func TestToolsClientKillRunsNothingAfter(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	a := s.Raw(t)
+	for i := range 50 {
+		b := s.Raw(t)
+		id := strings.TrimSuffix(strings.TrimPrefix(string(b.DoArgs("CLIENT", "ID")), ":"), "\r\n")
+		require.Equal(t, ":1\r\n", string(a.DoArgs("CLIENT", "KILL", "ID", id)))
+		key := fmt.Sprintf("afterkill:%d", i)
+		_, _ = b.nc.Write(encodeCommand("CL.THROTTLE", key, "100", "100", "60"))
+		b.ExpectClosed()
+		require.Equal(t, ":0\r\n", string(a.DoArgs("EXISTS", key)), "kill %d: the command sent after it ran", i)
+	}
+}
+
 // TestToolsClientPauseWrite: CLIENT PAUSE WRITE holds a CL.THROTTLE until
 // CLIENT UNPAUSE while reads and PING are answered.
 func TestToolsClientPauseWrite(t *testing.T) {
