@@ -352,10 +352,10 @@ type Client struct {
 	// wire layer to close this one: from then on none of this client's
 	// commands runs (Redis frees a killed client at once, so a command it
 	// sent after the kill was answered is never run).
-	killed atomic.Bool
-	noEvict, noTouch  atomic.Bool
-	hungUp            atomic.Bool   // the connection closed (HangUp)
-	hangup            chan struct{} // closed by HangUp
+	killed           atomic.Bool
+	noEvict, noTouch atomic.Bool
+	hungUp           atomic.Bool   // the connection closed (HangUp)
+	hangup           chan struct{} // closed by HangUp
 	// trk is the client's CLIENT TRACKING state, nil until it first
 	// switches tracking on (set once; CLIENT LIST and INFO read it from
 	// other goroutines); pusher writes push messages to the connection
