@@ -70,7 +70,7 @@ func TestRESP3Replies(t *testing.T) {
 	null := map[int]string{2: "$-1\r\n", 3: "_\r\n"}
 	getInfo := func(p int) string {
 		return "*1\r\n*10\r\n" + bulk("get") + integer(2) + setS(p, 2) + simple("readonly") + simple("fast") +
-			integer(1) + integer(1) + integer(1) + setS(p, 3) + simple("@read") + simple("@keyspace") + simple("@fast") +
+			integer(1) + integer(1) + integer(1) + setS(p, 3) + simple("@read") + simple("@string") + simple("@fast") +
 			setS(p, 0) + keySpec(p, "RO") + setS(p, 0)
 	}
 	timeInfo := func(p int) string {
@@ -132,7 +132,7 @@ func TestRESP3Replies(t *testing.T) {
 		{[]string{"COMMAND", "DOCS", "nosuch"}, func(p int) string { return mapS(p, 0) }, false},
 		{[]string{"COMMAND", "GETKEYS", "GET", "k"}, func(int) string { return "*1\r\n" + bulk("k") }, false},
 		{[]string{"COMMAND", "COUNT"}, func(int) string { return integer(len(h.srv.table)) }, false},
-		{[]string{"COMMAND", "LIST"}, func(int) string { return head("*", len(h.srv.table)) }, true},
+		{[]string{"COMMAND", "LIST"}, func(int) string { return head("*", h.srv.table.size()) }, true},
 		{[]string{"COMMAND"}, func(int) string { return head("*", len(h.srv.table)) + "*10\r\n" + bulk("asking") }, true},
 		{[]string{"INFO", "persistence"}, func(p int) string {
 			s := "# Persistence\r\nloading:0\r\npersistence:none\r\n"

@@ -98,14 +98,18 @@ func writeCommandInfo(w *Out, c *Command) {
 	w.WriteArray(10)
 	w.WriteBulkString(c.Name)
 	w.WriteInt(int64(c.Arity))
-	w.WriteSet(len(c.Flags))
-	for _, f := range c.Flags {
+	flags := c.Flags
+	if c.infoFlags != nil {
+		flags = c.infoFlags
+	}
+	w.WriteSet(len(flags))
+	for _, f := range flags {
 		w.WriteString(f)
 	}
 	w.WriteInt(int64(c.FirstKey))
 	w.WriteInt(int64(c.LastKey))
 	w.WriteInt(int64(c.Step))
-	cats := c.aclCategories()
+	cats := c.acl
 	w.WriteSet(len(cats))
 	for _, a := range cats {
 		w.WriteString(a)
@@ -189,6 +193,37 @@ func writeCommandDocs(w *Out, c *Command, group string) {
 	}
 }
 
+// commandFilter is COMMAND LIST's FILTERBY MODULE name | ACLCAT category |
+// PATTERN glob (Redis's commandListWithFilter): no modules are loaded, a
+// category is named without its "@" and case-insensitively (an unknown
+// one matches nothing), a pattern matches the full name case-insensitively.
+func commandFilter(args [][]byte) (func(*Command) bool, bool) {
+	if len(args) == 0 {
+		return func(*Command) bool { return true }, true
+	}
+	if len(args) != 3 || !strings.EqualFold(string(args[0]), "filterby") {
+		return nil, false
+	}
+	arg := args[2]
+	switch strings.ToLower(string(args[1])) {
+	case "module":
+		return func(*Command) bool { return false }, true
+	case "aclcat":
+		cat := "@" + strings.ToLower(string(arg))
+		return func(c *Command) bool {
+			for _, a := range c.acl {
+				if a == cat {
+					return true
+				}
+			}
+			return false
+		}, true
+	case "pattern":
+		return func(c *Command) bool { return store.Match(arg, []byte(c.Name), true) }, true
+	}
+	return nil, false
+}
+
 // COMMAND [COUNT | INFO [name ...] | DOCS [name ...] | LIST | GETKEYS cmd args... | HELP]
 func commandCmd(c *Client, w *Out, args [][]byte) {
 	s := c.srv
@@ -204,13 +239,24 @@ func commandCmd(c *Client, w *Out, args [][]byte) {
 	case "count":
 		w.WriteInt(int64(len(names)))
 	case "list":
-		if len(args) > 2 {
-			// FILTERBY is not supported: answer as Redis does to a bad filter.
+		keep, ok := commandFilter(args[2:])
+		if !ok {
 			w.WriteError(ErrSyntax)
 			return
 		}
-		w.WriteArray(len(names))
+		// Redis lists subcommands too ("config|get"), and with FILTERBY
+		// those of a parent the filter drops.
+		var list []string
 		for _, n := range names {
+			c := s.table[n]
+			for _, x := range append([]*Command{c}, c.Subcommands...) {
+				if keep(x) {
+					list = append(list, x.Name)
+				}
+			}
+		}
+		w.WriteArray(len(list))
+		for _, n := range list {
 			w.WriteBulkString(n)
 		}
 	case "info":

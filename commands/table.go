@@ -71,6 +71,12 @@ type Command struct {
 
 	Subcommands []*Command
 
+	// infoFlags and acl are what COMMAND INFO reports (applyRedisMeta):
+	// Redis's for a command Redis has, else Flags and the categories they
+	// imply.
+	infoFlags []string
+	acl       []string
+
 	write bool // has the "write" flag (refused with MISCONF while persistence fails)
 	admin bool // has the "admin" flag: only the admin user may run it (Client.isAdmin)
 	id    int  // index of this command's counters in every client's stats
@@ -176,5 +182,6 @@ func newTable() Table {
 	registerLatency(t)
 	registerMemory(t)
 	registerClientCtl(t)
+	t.applyRedisMeta()
 	return t
 }

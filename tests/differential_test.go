@@ -79,9 +79,9 @@ var diffAllowList = map[string]allowEntry{
 	// What cellserver does not have, by design.
 	"command-set": {"shape", "cellserver has ~30 commands (README: Supported commands), Redis ~240: counts and lists differ, " +
 		"and COMMAND INFO/DOCS compare only the commands both have"},
-	"command-meta": {"shape", "COMMAND INFO flags, ACL categories, tips and key-spec flags, and COMMAND DOCS summaries, " +
-		"complexity and arguments, describe cellserver's own commands (GET returns a TAT, @keyspace instead of @string); " +
-		"name, arity, key positions, since and group are compared"},
+	"command-meta": {"shape", "COMMAND INFO tips and key-spec flags, and COMMAND DOCS summaries, complexity and " +
+		"arguments, describe cellserver's own commands (GET returns a TAT); name, arity, flags, key positions, ACL " +
+		"categories, since and group are compared"},
 	"help-text": {"shape", "HELP lists only the subcommands cellserver implements; the first line is compared"},
 	"info-fields": {"shape", "INFO: Redis has many fields cellserver has no use for (RDB/AOF, replication offsets, allocator, " +
 		"lazyfree, tracking...) and sections it has no content for (# Modules, # Latencystats); every field cellserver " +
@@ -117,8 +117,6 @@ var diffAllowList = map[string]allowEntry{
 	// cellserver choices (README) and gaps.
 	"choice-config-set": {"choice", "CONFIG SET changes nothing (README: configuration is by flags): known parameters answer " +
 		"the immutable-config error, others the unknown-option error, where Redis sets mutable ones and knows ~200 names"},
-	"gap-command-list-filterby": {"choice", "COMMAND LIST FILTERBY is not implemented (README lists COMMAND LIST without it): " +
-		"syntax error instead of the filtered list"},
 	"choice-info-cellserver": {"shape", "INFO fields of cellserver's own (infoCellOnly: cellserver_version, go_*, shards, " +
 		"its Pebble persistence in place of RDB/AOF, idle-timeout disconnections, cluster_mode, cluster_moved_replies) " +
 		"and two from Redis 7.4 (client_query/output_buffer_limit_disconnections, redis/redis#12476) that cellserver counts"},
@@ -243,7 +241,7 @@ var (
 			names[e.str] = true
 		}
 		for _, e := range c.elems {
-			if e.kind != '$' || (!names[e.str] && !ownCommand(e.str)) {
+			if e.kind != '$' || (!names[e.str] && !ownCommand(e.str) && !ownSubcommand(e.str)) {
 				return fmt.Errorf("cellserver lists %v, which Redis does not have", e)
 			}
 		}
@@ -510,8 +508,9 @@ func compareClientLines(r, c respValue) error {
 }
 
 // compareCommandInfo compares COMMAND / COMMAND INFO replies on the fields
-// both servers must agree on: name, arity, first key, last key, step, and
-// the same for the subcommands both have.
+// both servers must agree on: name, arity, flags, first key, last key,
+// step, ACL categories (in Redis's order), and the same for the
+// subcommands both have.
 func compareCommandInfo(r, c respValue) error {
 	if r.kind != '*' || c.kind != '*' {
 		return fmt.Errorf("want arrays: %v vs %v", r, c)
@@ -561,6 +560,19 @@ func sameCommandInfo(r, c respValue) error {
 			return fmt.Errorf("%s: %s is %s on Redis, %s on cellserver", name, f.what, r.elems[f.i].str, c.elems[f.i].str)
 		}
 	}
+	words := func(v respValue) string {
+		var w []string
+		for _, e := range v.elems {
+			w = append(w, e.str)
+		}
+		return strings.Join(w, " ")
+	}
+	if rf, cf := words(r.elems[2]), words(c.elems[2]); rf != cf {
+		return fmt.Errorf("%s: flags are %q on Redis, %q on cellserver", name, rf, cf)
+	}
+	if ra, ca := words(r.elems[6]), words(c.elems[6]); ra != ca {
+		return fmt.Errorf("%s: ACL categories are %q on Redis, %q on cellserver", name, ra, ca)
+	}
 	rsubs := map[string]respValue{}
 	for _, s := range r.elems[9].elems {
 		rsubs[s.elems[0].str] = s
@@ -568,10 +580,7 @@ func sameCommandInfo(r, c respValue) error {
 	for _, s := range c.elems[9].elems {
 		rs, ok := rsubs[s.elems[0].str]
 		if !ok {
-			switch s.elems[0].str {
-			case "client|setinfo", "client|no-touch", // Redis 7.2's
-				"cluster|settopology", "cluster|importstate", "cluster|setslotrange", "cluster|getstate",
-				"cluster|movekeys", "cluster|migratestate": // cellserver's own
+			if ownSubcommand(s.elems[0].str) {
 				continue
 			}
 			return fmt.Errorf("%s: Redis has no subcommand %s", name, s.elems[0].str)
@@ -830,8 +839,13 @@ var diffPlainCases = concat(
 			"type", "keys", "dbsize", "unlink", "exists", "quit", "readonly", "readwrite", "asking", "flushdb"),
 			shape: commandDocsShape},
 		{name: "COMMAND LIST", args: cmd("COMMAND", "LIST"), shape: commandListShape},
-		{name: "COMMAND LIST FILTERBY", args: cmd("COMMAND", "LIST", "FILTERBY", "PATTERN", "ech*"), known: &knownDiff{
-			allow: "gap-command-list-filterby", redis: "*1\r\n$4\r\necho\r\n", cell: "-ERR syntax error\r\n"}},
+		{name: "COMMAND LIST FILTERBY PATTERN", args: cmd("COMMAND", "LIST", "FILTERBY", "PATTERN", "ECH*")},
+		{name: "COMMAND LIST FILTERBY PATTERN subcommands", args: cmd("COMMAND", "LIST", "FILTERBY", "PATTERN", "slowlog|l*")},
+		{name: "COMMAND LIST FILTERBY ACLCAT", args: cmd("COMMAND", "LIST", "FILTERBY", "ACLCAT", "connection"), shape: commandListShape},
+		{name: "COMMAND LIST FILTERBY ACLCAT unknown", args: cmd("COMMAND", "LIST", "FILTERBY", "ACLCAT", "nosuch")},
+		{name: "COMMAND LIST FILTERBY MODULE", args: cmd("COMMAND", "LIST", "FILTERBY", "MODULE", "nosuch")},
+		{name: "COMMAND LIST FILTERBY no argument", args: cmd("COMMAND", "LIST", "FILTERBY", "ACLCAT")},
+		{name: "COMMAND LIST FILTERBY unknown", args: cmd("COMMAND", "LIST", "FILTERBY", "FOO", "bar")},
 		{name: "COMMAND HELP", args: cmd("COMMAND", "HELP"), shape: helpShape},
 		{name: "CONFIG HELP", args: cmd("CONFIG", "HELP"), shape: helpShape},
 		{name: "CONFIG GET port", args: cmd("CONFIG", "GET", "port"), shape: configShape([]string{"config-values"}, "port")},
@@ -1271,3 +1285,15 @@ func TestDifferentialAllowList(t *testing.T) {
 // ownCommand reports whether name is one of cellserver's own commands
 // (CL.THROTTLE and the CL.LIMIT family), which Redis does not have.
 func ownCommand(name string) bool { return strings.HasPrefix(name, "cl.") }
+
+// ownSubcommand reports the subcommands Redis 7.0 lacks: 7.2's, and
+// cellserver's own cluster ones.
+func ownSubcommand(name string) bool {
+	switch name {
+	case "client|setinfo", "client|no-touch", // Redis 7.2's
+		"cluster|settopology", "cluster|importstate", "cluster|setslotrange", "cluster|getstate",
+		"cluster|movekeys", "cluster|migratestate": // cellserver's own
+		return true
+	}
+	return false
+}
