@@ -46,6 +46,18 @@ if ! command -v ruby >/dev/null 2>&1 || ! ruby -e "require 'redis'" >/dev/null 2
   ruby -e "require 'redis'" >/dev/null 2>&1 || echo "test.sh: WARNING: ruby-redis not installed; the redis-rb test will SKIP"
 fi
 
+# node-redis and ioredis (tests/noderedis, tests/ioredis: npm packages pinned
+# by their package-lock.json, installed by the tests with npm ci) need
+# Node.js and npm; Debian's nodejs and npm packages bring both.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing nodejs and npm"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null || true
+  fi
+  { command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } ||
+    echo "test.sh: WARNING: node/npm not installed; the node-redis and ioredis tests will SKIP"
+fi
+
 # The gateway e2e tests drive real gateways and a real Prometheus: nginx
 # (auth_request), Caddy (forward_auth) and Prometheus scraping /metrics
 # (tests/gateway_*_test.go, tests/metrics_test.go). Debian's packages; their

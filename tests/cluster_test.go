@@ -1291,6 +1291,13 @@ func nodePackage(t *testing.T, pkg string) (node, dir string) {
 	if err1 != nil || err2 != nil {
 		t.Skipf("!!! node/npm not installed: %s NOT RUN (apt-get install -y nodejs npm) !!!", t.Name())
 	}
+	// The pinned clients need Node.js 20 (node-redis 6's engines field);
+	// an older Debian's nodejs would fail them for its own reasons.
+	if v, err := exec.Command(node, "--version").Output(); err != nil {
+		t.Skipf("!!! node --version failed (%v): %s NOT RUN !!!", err, t.Name())
+	} else if major, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(string(v)), "v"), "."); atoiOr0(major) < 20 {
+		t.Skipf("!!! node %s is older than 20: %s NOT RUN (install Node.js 20 or later) !!!", strings.TrimSpace(string(v)), t.Name())
+	}
 	dir, err := filepath.Abs(pkg)
 	require.NoError(t, err)
 	clNpmInstall(t, dir, npm)
@@ -1442,4 +1449,10 @@ func TestClusterSwapSlotsBothWays(t *testing.T) {
 		require.NoError(t, err, k)
 		assert.Equal(t, int64(1), r[0], "%s is still limited after the swap", k)
 	}
+}
+
+// atoiOr0 is strconv.Atoi, 0 for what is not a number.
+func atoiOr0(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
