@@ -92,7 +92,12 @@ type Limit struct {
 
 // Results are the per-limit outcomes, one for each of Call.Limits, valid
 // until the call is reused.
-func (l *Limit) Results() []limit.Result { return l.req.Results[:len(l.Call.Limits)] }
+func (l *Limit) Results() []limit.Result {
+	if len(l.req.Results) < len(l.Call.Limits) {
+		return nil // not run (the store refused it)
+	}
+	return l.req.Results[:len(l.Call.Limits)]
+}
 
 func (l *Limit) err() error { return l.Err }
 
@@ -112,7 +117,7 @@ func (l *Limit) check(s *Service) error {
 }
 
 func (l *Limit) queue(s *Service, sess *store.Session) {
-	l.req.Call = l.Call
+	l.req.Call, l.req.Results = l.Call, nil // the run sets Results
 	if ls := l.Call.Limits; len(ls) > 1 { // one limit is one shard: Add finds it
 		sh := s.st.ShardOf(ls[0].Key)
 		for _, sp := range ls[1:] {

@@ -19,21 +19,32 @@ type LimitReq struct {
 	envelope
 	Call limit.Call // parsed by limit.ParseLimit
 
+	// A call of one limit touches only the fields up to one: the request
+	// stays a few cache lines, which matters as a server's clients keep
+	// hundreds of them in their free lists, mostly out of cache.
 	Decision limit.Decision
-	// Results[i] is Call.Limits[i]'s. Its State, when set, aliases the
-	// request; a call decided on its entry's fields (decideInline) does
-	// not set it: the store has written the state, and nothing reads it.
-	Results [limit.MaxLimits]limit.Result
 	// Err is ErrWrongType (a key holds another kind: nothing was charged),
 	// or a state that does not decode (limit.ErrCorrupt).
 	Err error
 	// Now is the instant the call was decided at (Unix ns, the store
 	// clock's): the durations of Results count from it.
 	Now int64
+	// Results[i] is Call.Limits[i]'s, set by the run (one's, or the
+	// scratch's for several limits). Its State, when set, aliases the
+	// request; a call decided on its entry's fields (decideInline) does
+	// not set it: the store has written the state, and nothing reads it.
+	Results []limit.Result
+	one     [1]limit.Result
+	x       *limitScratch // made by the first call that needs it, then kept
+}
 
-	buf   []byte
-	local [limit.MaxLimits][limit.SWCStateLen]byte // states kept in their entries, encoded for Decide
-	eis   [limit.MaxLimits]int64
+// limitScratch is a LimitReq's room for calls of several limits, or of
+// a state not kept in its entry.
+type limitScratch struct {
+	results [limit.MaxLimits]limit.Result
+	buf     []byte
+	local   [limit.MaxLimits][limit.SWCStateLen]byte // states kept in their entries, encoded for Decide
+	eis     [limit.MaxLimits]int64
 	// Per-call scratch, kept here so a call does not zero it on the stack.
 	states [limit.MaxLimits][]byte
 	hashes [limit.MaxLimits]uint64
@@ -71,6 +82,7 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 	r.Now, r.Err = now, nil
 	specs := r.Call.Limits
 	if len(specs) == 1 {
+		r.Results = r.one[:]
 		sh := one
 		if sh == nil {
 			sh = st.shards[st.ShardOf(specs[0].Key)]
@@ -79,19 +91,31 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 			return
 		}
 	}
-	r.lookup(st, one, now)
-	defer clear(r.shs[:len(specs)]) // no reference into the store past the call
-	if !r.decideFields(now) {
-		r.decideEach(now)
+	x := r.scratch()
+	if len(specs) > 1 {
+		r.Results = x.results[:len(specs)]
+	}
+	r.lookup(x, st, one, now)
+	defer clear(x.shs[:len(specs)]) // no reference into the store past the call
+	if !r.decideFields(x, now) {
+		r.decideEach(x, now)
 	}
 }
 
-// lookup finds each key of the call: its shard (r.shs), hash and entry
-// (r.eis, -1 for a missing key).
-func (r *LimitReq) lookup(st *Store, one *shard, now int64) {
+// scratch returns the request's scratch, made on first use.
+func (r *LimitReq) scratch() *limitScratch {
+	if r.x == nil {
+		r.x = new(limitScratch)
+	}
+	return r.x
+}
+
+// lookup finds each key of the call: its shard (x.shs), hash and entry
+// (x.eis, -1 for a missing key).
+func (r *LimitReq) lookup(x *limitScratch, st *Store, one *shard, now int64) {
 	specs := r.Call.Limits
 	nowMs := floorMs(now)
-	hashes, shs := &r.hashes, &r.shs
+	hashes, shs := &x.hashes, &x.shs
 	// Each key's shard, found once: a key's slot (its hash tag, CRC16)
 	// costs more than the lookup in its table.
 	for i, s := range specs {
@@ -106,28 +130,28 @@ func (r *LimitReq) lookup(st *Store, one *shard, now int64) {
 		} else {
 			hashes[i] = sh.t.hash(s.Key)
 		}
-		r.eis[i] = sh.find(s.Key, hashes[i], nowMs)
+		x.eis[i] = sh.find(s.Key, hashes[i], nowMs)
 	}
 }
 
 // decideEach is decide for any call, once its keys were looked up: each
 // key's state encoded for limit.Decide, the new ones stored from its
 // encodings.
-func (r *LimitReq) decideEach(now int64) {
+func (r *LimitReq) decideEach(x *limitScratch, now int64) {
 	specs := r.Call.Limits
-	states, hashes, shs := &r.states, &r.hashes, &r.shs
+	states, hashes, shs := &x.states, &x.hashes, &x.shs
 	// States are read only once every key was looked up: a lookup that
 	// removes an expired key may compact the arena, and a state read
 	// before it would then point into memory given back to the system.
 	for i := range specs {
 		states[i] = nil
-		if r.eis[i] >= 0 {
+		if x.eis[i] >= 0 {
 			t := shs[i].t
-			states[i] = t.state(t.at(uint32(r.eis[i])), r.local[i][:0])
+			states[i] = t.state(t.at(uint32(x.eis[i])), x.local[i][:0])
 		}
 	}
-	d, buf, err := limit.Decide(specs, states[:len(specs)], now, r.Call.Options, r.Results[:len(specs)], r.buf[:0])
-	r.buf = buf
+	d, buf, err := limit.Decide(specs, states[:len(specs)], now, r.Call.Options, r.Results[:len(specs)], x.buf[:0])
+	x.buf = buf
 	for i := range specs {
 		states[i] = nil // no reference into the tables past the call
 	}
@@ -140,14 +164,14 @@ func (r *LimitReq) decideEach(now int64) {
 	}
 	r.Decision = d
 	// The states Decide read may alias the tables; the new ones are in
-	// r.buf, so writing them (which may compact an arena) is safe.
+	// the scratch's buf, so writing them (which may compact an arena) is safe.
 	for i, s := range specs {
 		res := &r.Results[i]
 		if !res.Write {
 			continue
 		}
 		sh := shs[i]
-		ei := r.eis[i]
+		ei := x.eis[i]
 		if ei < 0 {
 			ei = int64(sh.t.insertFor(s.Key, hashes[i], limit.KindOf(res.State)))
 		}
@@ -210,8 +234,9 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 			if e = entry(limit.KindSWC); !t.putSWC(e, next) {
 				// Counts past the room's 32 bits (a merged state's):
 				// stored as setState stores any state that does not fit.
-				r.buf, _ = next.AppendBinary(r.buf[:0])
-				t.setState(e, r.buf)
+				x := r.scratch()
+				x.buf, _ = next.AppendBinary(x.buf[:0])
+				t.setState(e, x.buf)
 			}
 		}
 	case limit.GCRA:
@@ -243,18 +268,18 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 }
 
 // decideFields is decideEach's common case, once every key was looked up
-// (r.eis, r.shs, r.hashes): every limit a GCRA, FW or SWC whose key is
+// (x.eis, x.shs, x.hashes): every limit a GCRA, FW or SWC whose key is
 // missing or holds its state in the entry. It decides on the entries'
 // fields (limit.DecideFields) and stores the new ones, as decideInline
 // does for one limit. It reports false, having changed nothing, for any
 // other call.
-func (r *LimitReq) decideFields(now int64) bool {
+func (r *LimitReq) decideFields(x *limitScratch, now int64) bool {
 	specs := r.Call.Limits
-	fs := &r.fields
+	fs := &x.fields
 	for i, s := range specs {
 		f := limit.Fields{}
-		if ei := r.eis[i]; ei >= 0 {
-			e := r.shs[i].t.at(uint32(ei))
+		if ei := x.eis[i]; ei >= 0 {
+			e := x.shs[i].t.at(uint32(ei))
 			switch k := s.Limit.Kind(); {
 			case k == limit.KindGCRA && e.outKind() == 0:
 				f.Kind, f.GCRA.TAT = k, e.tat
@@ -271,7 +296,7 @@ func (r *LimitReq) decideFields(now int64) bool {
 		fs[i] = f
 	}
 	n := len(specs)
-	d, err := limit.DecideFields(specs, fs[:n], now, r.Call.Options, r.Results[:n], r.next[:n])
+	d, err := limit.DecideFields(specs, fs[:n], now, r.Call.Options, r.Results[:n], x.next[:n])
 	if err != nil {
 		r.Err = err // none: the kinds were checked
 		return true
@@ -282,10 +307,10 @@ func (r *LimitReq) decideFields(now int64) bool {
 		if !res.Write {
 			continue
 		}
-		sh, t, f := r.shs[i], r.shs[i].t, &r.next[i]
-		ei := r.eis[i]
+		sh, t, f := x.shs[i], x.shs[i].t, &x.next[i]
+		ei := x.eis[i]
 		if ei < 0 {
-			ei = int64(t.insertFor(s.Key, r.hashes[i], f.Kind))
+			ei = int64(t.insertFor(s.Key, x.hashes[i], f.Kind))
 		}
 		e := t.at(uint32(ei))
 		switch f.Kind {
@@ -295,8 +320,8 @@ func (r *LimitReq) decideFields(now int64) bool {
 			t.putFW(e, f.FW)
 		case limit.KindSWC:
 			if !t.putSWC(e, f.SWC) {
-				r.buf, _ = f.SWC.AppendBinary(r.buf[:0]) // see decideInline
-				t.setState(e, r.buf)
+				x.buf, _ = f.SWC.AppendBinary(x.buf[:0]) // see decideInline
+				t.setState(e, x.buf)
 			}
 		}
 		sh.setExp(e, res.ExpireAt)

@@ -132,8 +132,10 @@ func TestLimitInlineAgreesWithDecide(t *testing.T) {
 		// a as the store runs it; b always through limit.Decide.
 		a.decide(nil, fast, now)
 		b.Now = now
-		b.lookup(nil, slow, now)
-		b.decideEach(now)
+		bx := b.scratch()
+		b.Results = bx.results[:len(specs)]
+		b.lookup(bx, nil, slow, now)
+		b.decideEach(bx, now)
 		inline := len(specs) == 1 && spec.Limit.Kind() != limit.KindSWL
 		ran[inline]++
 		what := fmt.Sprintf("step %d: %+v %+v", step, specs, opt)
