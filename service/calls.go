@@ -117,8 +117,8 @@ func (l *Limit) check(s *Service) error {
 }
 
 func (l *Limit) queue(s *Service, sess *store.Session) {
-	l.req.Call, l.req.Results = l.Call, nil // the run sets Results
-	if ls := l.Call.Limits; len(ls) > 1 {   // one limit is one shard: Add finds it
+	l.req.SetCall(l.Call)
+	if ls := l.Call.Limits; len(ls) > 1 { // one limit is one shard: Add finds it
 		sh := s.st.ShardOf(ls[0].Key)
 		for _, sp := range ls[1:] {
 			if s.st.ShardOf(sp.Key) == sh {

@@ -20,6 +20,13 @@ type HeldRequest interface {
 	runHeld(st *Store, now int64)
 }
 
+// heldWarmer is a held request with a warm pass (LimitReq.warmKeys): run
+// over a hold's requests before any of them, once its shards are held.
+type heldWarmer interface {
+	warmKeys(st *Store)
+	warmEntries()
+}
+
 // addShard inserts shard i into the ascending, repeat-free list dst.
 func addShard(dst []int, i int) []int {
 	j := sort.SearchInts(dst, i)
@@ -113,6 +120,16 @@ func (ss *Session) runHeld() {
 		}
 		ss.resetHeld()
 		return
+	}
+	for _, op := range ss.held {
+		if w, ok := op.req.(heldWarmer); ok {
+			w.warmKeys(st)
+		}
+	}
+	for _, op := range ss.held {
+		if w, ok := op.req.(heldWarmer); ok {
+			w.warmEntries()
+		}
 	}
 	now := st.cfg.Clock.Now()
 	for _, op := range ss.held {

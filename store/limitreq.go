@@ -51,6 +51,55 @@ type limitScratch struct {
 	shs    [limit.MaxLimits]*shard
 	fields [limit.MaxLimits]limit.Fields // decideFields' states
 	next   [limit.MaxLimits]limit.Fields // and the new ones
+	// warmed: warmKeys set shs and hashes for the next lookup.
+	warmed bool
+}
+
+// warmKeys and warmEntries are the shard's warm pass for a held call:
+// run for every call of a hold before any runs, they find each key's
+// shard and hash (kept for lookup) and prefetch its index slot, then the
+// entry the slot most likely names, so that the calls' cache misses
+// overlap instead of each lookup waiting for its own. The shards must be
+// held.
+func (r *LimitReq) warmKeys(st *Store) {
+	x := r.scratch()
+	for i, s := range r.Call.Limits {
+		sh := st.shards[st.ShardOf(s.Key)]
+		x.shs[i], x.hashes[i] = sh, sh.t.hash(s.Key)
+		sh.t.prefetchHome(x.hashes[i])
+	}
+	x.warmed = true
+}
+
+// warmKeysOn is warmKeys for a call of several limits whose keys all
+// live on sh (queued by Add: sh's warm pass), h being the first key's
+// hash.
+func (r *LimitReq) warmKeysOn(sh *shard, h uint64) {
+	x := r.scratch()
+	for i, s := range r.Call.Limits {
+		if i > 0 {
+			h = sh.t.hash(s.Key)
+			sh.t.prefetchHome(h)
+		}
+		x.shs[i], x.hashes[i] = sh, h
+	}
+	x.warmed = true
+}
+
+func (r *LimitReq) warmEntries() {
+	x := r.x
+	for i := range r.Call.Limits {
+		x.shs[i].t.prefetchCandidate(x.hashes[i])
+	}
+}
+
+// SetCall readies the request to run call: a request reused from a free
+// list forgets its last run (its results, its warm pass's findings).
+func (r *LimitReq) SetCall(call limit.Call) {
+	r.Call, r.Results = call, nil
+	if r.x != nil {
+		r.x.warmed = false
+	}
 }
 
 // Shards returns the shards of the call's keys, ascending, without
@@ -116,6 +165,14 @@ func (r *LimitReq) lookup(x *limitScratch, st *Store, one *shard, now int64) {
 	specs := r.Call.Limits
 	nowMs := floorMs(now)
 	hashes, shs := &x.hashes, &x.shs
+	if x.warmed {
+		x.warmed = false
+		for i, s := range specs {
+			x.eis[i] = shs[i].find(s.Key, hashes[i], nowMs)
+		}
+		return
+	}
+	x.warmed = false
 	// Each key's shard, found once: a key's slot (its hash tag, CRC16)
 	// costs more than the lookup in its table.
 	for i, s := range specs {

@@ -176,3 +176,32 @@ func TestLimitInlineAgreesWithDecide(t *testing.T) {
 		require.Greater(t, seen[k], 1000, k)
 	}
 }
+
+// TestLimitReqReuseForgetsWarm: a request kept in a free list whose warm
+// pass ran without its run (a refused call) must not hand that pass's
+// shards and hashes to its next call: SetCall forgets them. Else the next
+// call's keys would be looked up, and inserted, under the old keys'
+// hashes, where no later lookup finds them.
+func TestLimitReqReuseForgetsWarm(t *testing.T) {
+	st, _ := newTestStore(t, 1)
+	sh := st.shards[0]
+	var r LimitReq
+	r.SetCall(parseLimitLine(t, "a1 FW 10 60 AND a2 FW 10 60"))
+	r.warmKeysOn(sh, sh.t.hash([]byte("a1"))) // and never run
+	r.SetCall(parseLimitLine(t, "b1 FW 10 60 AND b2 FW 10 60"))
+	s := st.NewSession()
+	s.AddTo(0, &r) // a batch of one: no warm pass
+	s.Run()
+	require.NoError(t, r.Status())
+	require.NoError(t, r.Err)
+	for _, k := range []string{"b1", "b2"} {
+		p, err := doLimit(st, parseLimitLine(t, k+" FW 10 60 PEEK"))
+		require.NoError(t, err)
+		require.Equal(t, int64(8), p.Results[0].Remaining, "%s was charged once, where a lookup finds it (a PEEK shows the count after charging)", k)
+	}
+	for _, k := range []string{"a1", "a2"} {
+		pttl, err := doPTTL(st, k)
+		require.NoError(t, err)
+		require.Equal(t, int64(-2), pttl, "%s never existed", k)
+	}
+}

@@ -108,11 +108,16 @@ func (sh *shard) warm(ops []*envelope) {
 			op.hash = t.hash(op.key)
 		}
 	}
+	multi := false // a call of several limits here: its other keys too
 	for _, op := range ops {
 		if op.keyed {
 			prefetch(uintptr(unsafe.Pointer(&t.idx[home(op.hash, t.shift)])))
 			if t.old != nil { // a key not moved yet is found there
 				prefetch(uintptr(unsafe.Pointer(&t.old[home(op.hash, t.oldShift)])))
+			}
+			if r, ok := op.req.(*LimitReq); ok && len(r.Call.Limits) > 1 {
+				r.warmKeysOn(sh, op.hash)
+				multi = true
 			}
 		}
 	}
@@ -131,6 +136,13 @@ func (sh *shard) warm(ops []*envelope) {
 	for _, op := range ops {
 		if op.cand >= 0 {
 			t.prefetchKey(t.at(uint32(op.cand)))
+		}
+	}
+	if multi {
+		for _, op := range ops {
+			if r, ok := op.req.(*LimitReq); ok && op.keyed && len(r.Call.Limits) > 1 {
+				r.warmEntries() // the first key's entry again: one prefetch more
+			}
 		}
 	}
 }

@@ -293,6 +293,28 @@ func (t *table) probe(idx []uint64, shift uint, key []byte, h uint64) int64 {
 	}
 }
 
+// prefetchHome prefetches the index slots where a lookup of hash h
+// starts (warm's first step, for one key).
+func (t *table) prefetchHome(h uint64) {
+	prefetch(uintptr(unsafe.Pointer(&t.idx[home(h, t.shift)])))
+	if t.old != nil {
+		prefetch(uintptr(unsafe.Pointer(&t.old[home(h, t.oldShift)])))
+	}
+}
+
+// prefetchCandidate prefetches the entry a lookup of hash h most likely
+// compares first (warm's second step, for one key; not a key kept in the
+// arena, which only reading the entry would find).
+func (t *table) prefetchCandidate(h uint64) {
+	c := t.candidate(t.idx, t.shift, h)
+	if c < 0 && t.old != nil {
+		c = t.candidate(t.old, t.oldShift, h)
+	}
+	if c >= 0 {
+		prefetch(uintptr(unsafe.Pointer(t.at(uint32(c)))))
+	}
+}
+
 // candidate returns the entry index of the first slot from h's home in idx
 // whose tag matches h, or -1: the entry probe will most likely compare
 // first, found from the index alone. warm prefetches it: at the index's
