@@ -118,17 +118,11 @@ func (l *Limit) check(s *Service) error {
 
 func (l *Limit) queue(s *Service, sess *store.Session) {
 	l.req.SetCall(l.Call)
-	if ls := l.Call.Limits; len(ls) > 1 { // one limit is one shard: Add finds it
-		sh := s.st.ShardOf(ls[0].Key)
-		for _, sp := range ls[1:] {
-			if s.st.ShardOf(sp.Key) == sh {
-				continue
-			}
-			// Several shards: run with each of them parked, in order with
-			// the session's other calls.
-			sess.AddHeld(&l.req)
-			return
-		}
+	if !l.req.OneShard(s.st) {
+		// Several shards: run with each of them parked, in order with the
+		// session's other calls.
+		sess.AddHeld(&l.req)
+		return
 	}
 	sess.Add(&l.req) // by its first key: the shard's warm pass prefetches it
 }

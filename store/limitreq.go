@@ -53,6 +53,38 @@ type limitScratch struct {
 	next   [limit.MaxLimits]limit.Fields // and the new ones
 	// warmed: warmKeys set shs and hashes for the next lookup.
 	warmed bool
+	// shardOf[i] is limit i's key's shard once sharded is set (keyShards):
+	// a key's slot (CRC16, its hash tag) is computed once per call, not by
+	// each step that needs it.
+	shardOf [limit.MaxLimits]int32
+	sharded bool
+}
+
+// keyShards returns the shard of each limit's key (see shardOf).
+func (r *LimitReq) keyShards(st *Store) *[limit.MaxLimits]int32 {
+	x := r.scratch()
+	if !x.sharded {
+		for i, s := range r.Call.Limits {
+			x.shardOf[i] = int32(st.ShardOf(s.Key))
+		}
+		x.sharded = true
+	}
+	return &x.shardOf
+}
+
+// OneShard reports whether every key of the call lives on one shard, so
+// that Session.Add can run it (else it is a HeldRequest, for AddHeld).
+func (r *LimitReq) OneShard(st *Store) bool {
+	if len(r.Call.Limits) == 1 {
+		return true
+	}
+	sh := r.keyShards(st)
+	for i := 1; i < len(r.Call.Limits); i++ {
+		if sh[i] != sh[0] {
+			return false
+		}
+	}
+	return true
 }
 
 // warmKeys and warmEntries are the shard's warm pass for a held call:
@@ -62,9 +94,9 @@ type limitScratch struct {
 // overlap instead of each lookup waiting for its own. The shards must be
 // held.
 func (r *LimitReq) warmKeys(st *Store) {
-	x := r.scratch()
+	x, ids := r.scratch(), r.keyShards(st)
 	for i, s := range r.Call.Limits {
-		sh := st.shards[st.ShardOf(s.Key)]
+		sh := st.shards[ids[i]]
 		x.shs[i], x.hashes[i] = sh, sh.t.hash(s.Key)
 		sh.t.prefetchHome(x.hashes[i])
 	}
@@ -98,15 +130,16 @@ func (r *LimitReq) warmEntries() {
 func (r *LimitReq) SetCall(call limit.Call) {
 	r.Call, r.Results = call, nil
 	if r.x != nil {
-		r.x.warmed = false
+		r.x.warmed, r.x.sharded = false, false
 	}
 }
 
 // Shards returns the shards of the call's keys, ascending, without
 // repeats, appended to dst.
 func (r *LimitReq) Shards(st *Store, dst []int) []int {
-	for _, s := range r.Call.Limits {
-		dst = addShard(dst, st.ShardOf(s.Key))
+	sh := r.keyShards(st)
+	for i := range r.Call.Limits {
+		dst = addShard(dst, int(sh[i]))
 	}
 	return dst
 }
