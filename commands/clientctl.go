@@ -143,7 +143,7 @@ func (s *Server) waitPause(c *Client, cmd *Command, out *Out) {
 			return
 		}
 		s.finish(c, out)
-		if c.hungUp.Load() {
+		if c.hungUp.Load() || c.killed.Load() {
 			c.closing = true
 			return
 		}
@@ -155,6 +155,12 @@ func (s *Server) waitPause(c *Client, cmd *Command, out *Out) {
 		case <-c.hangup:
 		}
 		t.Stop()
+		if c.killed.Load() {
+			// Killed, then unpaused before its loop closed it: Redis
+			// frees a killed client at once, so its command never runs.
+			c.closing = true
+			return
+		}
 	}
 }
 

@@ -260,6 +260,47 @@ func TestToolsClientPauseKilled(t *testing.T) {
 	assert.Equal(t, ":0\r\n", string(admin.DoArgs("EXISTS", "killed")), "its write never ran")
 }
 
+// TestToolsClientPauseKilledThenUnpaused: CLIENT KILL and CLIENT UNPAUSE
+// in one pipeline, while the victim's write waits on the pause: the write
+// never runs, whether the pause ends before its loop closes it or after
+// (Redis frees the killed client at once). The same for an EXEC.
+func TestToolsClientPauseKilledThenUnpaused(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	admin := s.Raw(t)
+	for i := range 10 {
+		victim := s.Raw(t)
+		id := strings.TrimSuffix(strings.TrimPrefix(string(victim.DoArgs("CLIENT", "ID")), ":"), "\r\n")
+		key := fmt.Sprintf("pausekill:%d", i)
+		exec := i%2 == 1
+		if exec {
+			require.Equal(t, "+OK\r\n", string(victim.DoArgs("MULTI")))
+			require.Equal(t, "+QUEUED\r\n", string(victim.DoArgs("CL.THROTTLE", key, "1", "1", "60")))
+		}
+		require.Equal(t, "+OK\r\n", string(admin.DoArgs("CLIENT", "PAUSE", "60000", "WRITE")))
+		want := "cmd=cl.throttle"
+		if exec {
+			victim.Send(encodeCommand("EXEC"))
+			want = "cmd=exec"
+		} else {
+			victim.Send(encodeCommand("CL.THROTTLE", key, "1", "1", "60"))
+		}
+		require.Eventually(t, func() bool {
+			for _, l := range strings.Split(string(admin.DoArgs("CLIENT", "LIST")), "\n") {
+				if strings.Contains(l, "id="+id+" ") && strings.Contains(l, want) {
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, 5*time.Millisecond, "round %d: the write waits on the pause", i)
+		admin.Send(append(encodeCommand("CLIENT", "KILL", "ID", id), encodeCommand("CLIENT", "UNPAUSE")...))
+		require.Equal(t, ":1\r\n", string(admin.ReadReply()))
+		require.Equal(t, "+OK\r\n", string(admin.ReadReply()))
+		victim.ExpectClosed()
+		require.Equal(t, ":0\r\n", string(admin.DoArgs("EXISTS", key)), "round %d (exec %v): the killed client's write ran", i, exec)
+	}
+}
+
 // TestToolsClientPauseWriteExec: an EXEC whose transaction holds a write
 // waits for CLIENT UNPAUSE before it holds any shard, as Redis's EXEC
 // counts as a write then: readers of its key are answered meanwhile.
