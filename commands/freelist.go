@@ -32,9 +32,14 @@ func (f *freeList[T]) get() *T {
 }
 
 // keptBytes bounds what one free list keeps between pipelines, with
-// maxKeptOps: a service.Limit is about 2 KB, and a client that once sent
-// thousands of them must not hold megabytes for as long as it lives.
+// maxKeptOps: a client that once sent thousands of calls must not hold
+// megabytes for as long as it lives.
 const keptBytes = 1 << 20
+
+// keptScratches is how many kept CL.LIMIT calls keep the scratch of a call
+// of several limits (store.LimitScratchBytes each, beyond the call's own
+// size that reset counts), so that those too stay within keptBytes.
+var keptScratches = keptBytes / (int(unsafe.Sizeof(service.Limit{})) + store.LimitScratchBytes)
 
 // reset makes every request reusable, dropping what is past maxKeptOps
 // requests or keptBytes.
@@ -98,8 +103,11 @@ func (cp *callPools) recycle() {
 	for _, t := range cp.throttles.items[:cp.throttles.n] {
 		t.Release()
 	}
-	for _, l := range cp.limits.items[:cp.limits.n] {
+	for i, l := range cp.limits.items[:cp.limits.n] {
 		l.Release()
+		if i >= keptScratches {
+			l.DropScratch()
+		}
 	}
 	for _, r := range cp.resets.items[:cp.resets.n] {
 		r.Release(maxKeptOps)

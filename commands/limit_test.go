@@ -3,8 +3,13 @@ package commands
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cellserver/cellserver/service"
+	"github.com/cellserver/cellserver/store"
 )
 
 // TestLimitCommandTable: COMMAND INFO, DOCS and GETKEYS know the CL.LIMIT
@@ -113,4 +118,29 @@ func TestScanType(t *testing.T) {
 	assert.Equal(t, []string{"g"}, scan("STRING"))
 	assert.ElementsMatch(t, []string{"f", "s"}, scan("cl-limit"))
 	assert.Empty(t, scan("hash"))
+}
+
+// TestLimitPoolKeepsScratchBounded: a client that once pipelined
+// thousands of calls of several limits keeps the scratch of such calls on
+// at most keptScratches of its pooled calls (about 1 MiB with the calls
+// themselves), not on every call its free list keeps.
+func TestLimitPoolKeepsScratchBounded(t *testing.T) {
+	h := newHarness(t, Config{})
+	var cmds [][]string
+	for i := range 3000 {
+		k := fmtInt(i)
+		cmds = append(cmds, []string{"CL.LIMIT", "{a}x" + k, "FW", "10", "60", "AND", "{a}y" + k, "FW", "10", "60"})
+	}
+	h.do(cmds...)
+	kept, scratched := 0, 0
+	for _, l := range h.c.calls.limits.items {
+		kept++
+		if l.HasScratch() {
+			scratched++
+		}
+	}
+	bound := keptBytes / (int(unsafe.Sizeof(service.Limit{})) + store.LimitScratchBytes)
+	require.Greater(t, kept, bound, "the test must keep more calls than scratches")
+	require.Greater(t, scratched, 0)
+	require.LessOrEqual(t, scratched, bound)
 }

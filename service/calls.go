@@ -238,6 +238,13 @@ func (l *Limit) Release() {
 	l.req.Forget()
 }
 
+// DropScratch lets go of the room the call kept for calls of several
+// limits (a pool keeps it on a bounded number of calls).
+func (l *Limit) DropScratch() { l.req.DropScratch() }
+
+// HasScratch reports whether the call keeps that room.
+func (l *Limit) HasScratch() bool { return l.req.HasScratch() }
+
 // Release is Throttle.Release for a Reset; it also drops its per-key
 // buffers if they grew past maxKept keys, so that a reused Reset does not
 // keep one huge call's memory.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"unsafe"
 
 	"github.com/cellserver/cellserver/limit"
 )
@@ -59,6 +60,16 @@ type limitScratch struct {
 	shardOf [limit.MaxLimits]int32
 	sharded bool
 }
+
+// LimitScratchBytes is the size of the scratch a LimitReq makes for its
+// first call of several limits and keeps (DropScratch lets it go).
+const LimitScratchBytes = int(unsafe.Sizeof(limitScratch{}))
+
+// DropScratch lets go of the request's scratch.
+func (r *LimitReq) DropScratch() { r.x = nil }
+
+// HasScratch reports whether the request keeps a scratch.
+func (r *LimitReq) HasScratch() bool { return r.x != nil }
 
 // keyShards returns the shard of each limit's key (see shardOf).
 func (r *LimitReq) keyShards(st *Store) *[limit.MaxLimits]int32 {
