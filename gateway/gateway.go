@@ -311,7 +311,10 @@ func (e *Engine) Check(frontend string, req *Request) (*Decision, error) {
 	}
 	if len(sc.specs) > 0 {
 		c := &sc.call
-		*c = service.Limit{Call: limit.Call{Limits: sc.specs, Options: limit.Options{MS: true}}}
+		// Fields, not the whole struct: its request keeps the scratch of
+		// calls of several limits from one call to the next.
+		c.Call = limit.Call{Limits: sc.specs, Options: limit.Options{MS: true}}
+		c.Decision, c.Err, c.Now = limit.Decision{}, nil, 0
 		if err := e.svc.Do(c); err != nil {
 			return nil, err
 		}
