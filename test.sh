@@ -57,6 +57,12 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   { command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } ||
     echo "test.sh: WARNING: node/npm not installed; the node-redis and ioredis tests will SKIP"
 fi
+# The pinned clients need Node.js 20 or later (Debian 12's nodejs is 18).
+if command -v node >/dev/null 2>&1; then
+  node_major=$(node --version 2>/dev/null | sed 's/^v\([0-9]*\).*/\1/')
+  [ "${node_major:-0}" -ge 20 ] 2>/dev/null ||
+    echo "test.sh: WARNING: node $(node --version 2>/dev/null) is older than 20; the node-redis and ioredis tests will SKIP (install Node.js 20 or later)"
+fi
 
 # The gateway e2e tests drive real gateways and a real Prometheus: nginx
 # (auth_request), Caddy (forward_auth) and Prometheus scraping /metrics
