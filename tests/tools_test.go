@@ -189,7 +189,7 @@ func TestToolsClientKill(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "--in-memory")
 	a, b, c := s.Raw(t), s.Raw(t), s.Raw(t)
-	id := strings.TrimSuffix(strings.TrimPrefix(string(b.DoArgs("CLIENT", "ID")), ":"), "\r\n")
+	id := clientID(t, b)
 	assert.Equal(t, ":1\r\n", string(a.DoArgs("CLIENT", "KILL", "ID", id)))
 	b.ExpectClosed()
 	// A connection the server has answered is registered: until then
@@ -214,7 +214,7 @@ func TestToolsClientKillRunsNothingAfter(t *testing.T) {
 	a := s.Raw(t)
 	for i := range 50 {
 		b := s.Raw(t)
-		id := strings.TrimSuffix(strings.TrimPrefix(string(b.DoArgs("CLIENT", "ID")), ":"), "\r\n")
+		id := clientID(t, b)
 		require.Equal(t, ":1\r\n", string(a.DoArgs("CLIENT", "KILL", "ID", id)))
 		key := fmt.Sprintf("afterkill:%d", i)
 		_, _ = b.nc.Write(encodeCommand("CL.THROTTLE", key, "100", "100", "60"))
@@ -247,7 +247,7 @@ func TestToolsClientPauseKilled(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "--in-memory")
 	admin, writer := s.Raw(t), s.Raw(t)
-	id := strings.TrimSuffix(strings.TrimPrefix(string(writer.DoArgs("CLIENT", "ID")), ":"), "\r\n")
+	id := clientID(t, writer)
 	assert.Equal(t, "+OK\r\n", string(admin.DoArgs("CLIENT", "PAUSE", "60000", "WRITE")))
 	writer.Send(encodeCommand("CL.THROTTLE", "killed", "1", "1", "60"))
 	require.Eventually(t, func() bool { return strings.Contains(string(admin.DoArgs("CLIENT", "LIST")), "cmd=cl.throttle") },
@@ -270,7 +270,7 @@ func TestToolsClientPauseKilledThenUnpaused(t *testing.T) {
 	admin := s.Raw(t)
 	for i := range 10 {
 		victim := s.Raw(t)
-		id := strings.TrimSuffix(strings.TrimPrefix(string(victim.DoArgs("CLIENT", "ID")), ":"), "\r\n")
+		id := clientID(t, victim)
 		key := fmt.Sprintf("pausekill:%d", i)
 		exec := i%2 == 1
 		if exec {
