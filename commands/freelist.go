@@ -39,7 +39,7 @@ const keptBytes = 1 << 20
 // keptScratches is how many kept CL.LIMIT calls keep the scratch of a call
 // of several limits (store.LimitScratchBytes each, beyond the call's own
 // size that reset counts), so that those too stay within keptBytes.
-var keptScratches = keptBytes / (int(unsafe.Sizeof(service.Limit{})) + store.LimitScratchBytes)
+const keptScratches = keptBytes / (int(unsafe.Sizeof(service.Limit{})) + store.LimitScratchBytes)
 
 // reset makes every request reusable, dropping what is past maxKeptOps
 // requests or keptBytes.

@@ -420,13 +420,9 @@ func (s *Server) setSlotNode(c *Client, w *Out, slot int, id string) {
 	}
 	defer unlock()
 	ns := cur.Clone()
-	n, _, primary, ok := ns.Topology.Node(id)
-	switch {
-	case !ok:
-		w.WriteError("ERR Unknown node " + trunc(id, 64))
-		return
-	case !primary:
-		w.WriteError(ErrNotMaster)
+	n, e := primaryNode(ns.Topology, id)
+	if e != "" {
+		w.WriteError(e)
 		return
 	}
 	if owner, _ := ns.Topology.PrimaryOf(slot); owner != n.ID {
@@ -815,13 +811,10 @@ func clusterMoveKeys(c *Client, w *Out, args [][]byte) {
 		w.WriteError(errNoTopology)
 		return
 	}
-	dst, _, primary, found := ns.Topology.Node(id)
+	dst, e := primaryNode(ns.Topology, id)
 	switch {
-	case !found:
-		w.WriteError("ERR Unknown node " + trunc(id, 64))
-		return
-	case !primary:
-		w.WriteError(ErrNotMaster)
+	case e != "":
+		w.WriteError(e)
 		return
 	case dst.ID == s.myID:
 		w.WriteError("ERR Target node is this node")
@@ -1012,4 +1005,17 @@ func (s *Server) warnOrphans() {
 	if n > 0 {
 		s.log.Warn("cluster: this node holds keys of slots it does not serve; they answer MOVED until `cellserver cluster apply` merges them into their owner", "keys", n)
 	}
+}
+
+// primaryNode returns the primary id of t, or Redis's error for an id
+// that names no node or a replica.
+func primaryNode(t *cluster.Topology, id string) (cluster.Node, string) {
+	n, _, primary, ok := t.Node(id)
+	switch {
+	case !ok:
+		return n, "ERR Unknown node " + trunc(id, 64)
+	case !primary:
+		return n, ErrNotMaster
+	}
+	return n, ""
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/cluster/clustertest"
 )
 
 // twoNodes is a harness for node 127.0.0.1:7001 of a two-node cluster
@@ -38,18 +39,6 @@ func clusterOf(t *testing.T, n int) (*harness, []string) {
 		ids = append(ids, sh.Primary.ID)
 	}
 	return h, ids
-}
-
-// keyOfSlot returns a key of slot.
-func keyOfSlot(t *testing.T, p string, slot int) string {
-	t.Helper()
-	for i := range 1 << 22 {
-		if k := fmt.Sprintf("%s%d", p, i); cluster.KeySlot([]byte(k)) == slot {
-			return k
-		}
-	}
-	t.Fatalf("no key of slot %d", slot)
-	return ""
 }
 
 func TestSetSlotErrors(t *testing.T) {
@@ -89,7 +78,7 @@ func TestSetSlotErrors(t *testing.T) {
 // redis-cli reads it; the slot cannot be given up while keys remain.
 func TestMigratingSlotServesWhatItHolds(t *testing.T) {
 	h, me, other := twoNodes(t)
-	held, gone := keyOfSlot(t, "held", 5), keyOfSlot(t, "gone", 5)
+	held, gone := clustertest.KeyInSlot("held", 5), clustertest.KeyInSlot("gone", 5)
 	assert.Equal(t, "*5\r\n:0\r\n", h.do([]string{"CL.THROTTLE", held, "5", "1", "60"})[:8])
 	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "5", "migrating", other}))
 	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "5", "MIGRATING", other}), "a repeat is OK")
@@ -113,7 +102,7 @@ func TestMigratingSlotServesWhatItHolds(t *testing.T) {
 // MOVED to the owner.
 func TestImportingSlotNeedsAsking(t *testing.T) {
 	h, me, other := twoNodes(t)
-	k := keyOfSlot(t, "in", 9000)
+	k := clustertest.KeyInSlot("in", 9000)
 	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "9000", "IMPORTING", other}))
 	assert.Contains(t, h.do([]string{"CLUSTER", "NODES"}), " [9000-<-"+other+"]\n")
 	assert.NotContains(t, h.do([]string{"CLUSTER", "NODES"}), me+" 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-8191 9000")
@@ -137,7 +126,7 @@ func TestImportingSlotNeedsAsking(t *testing.T) {
 // same document again at the same epoch is OK once applied (a re-run).
 func TestSetTopologyRefusesToDropKeys(t *testing.T) {
 	h, _, _ := twoNodes(t)
-	k := keyOfSlot(t, "k", 100)
+	k := clustertest.KeyInSlot("k", 100)
 	h.do([]string{"CL.THROTTLE", k, "5", "1", "60"})
 	top, err := cluster.Init([]string{"127.0.0.1:7001", "127.0.0.1:7002"}, 2)
 	require.NoError(t, err)
@@ -161,7 +150,7 @@ func TestSetTopologyRefusesToDropKeys(t *testing.T) {
 // inside MULTI; CL.RESET of several keys in an open slot gets TRYAGAIN.
 func TestOpenSlotTransactionsAndAsking(t *testing.T) {
 	h, _, other := twoNodes(t)
-	tag := keyOfSlot(t, "t", 77)
+	tag := clustertest.KeyInSlot("t", 77)
 	hk, gk := "{"+tag+"}h", "{"+tag+"}g"
 	slot := 77
 	h.do([]string{"CL.THROTTLE", hk, "5", "1", "60"})
@@ -185,7 +174,7 @@ func TestOpenSlotTransactionsAndAsking(t *testing.T) {
 		h.do([]string{"MULTI"}, []string{"CLUSTER", "SETSLOT", "1", "STABLE"}))
 	h.do([]string{"DISCARD"})
 
-	in := keyOfSlot(t, "in", 9000)
+	in := clustertest.KeyInSlot("in", 9000)
 	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", "9000", "IMPORTING", other}))
 	moved := "-MOVED 9000 127.0.0.1:7002\r\n"
 	out := h.do([]string{"ASKING"}, []string{"GET"}, []string{"GET", in})
@@ -204,7 +193,7 @@ func TestOpenSlotsCannotBeStranded(t *testing.T) {
 	h, ids := clusterOf(t, 3)
 	me, b, c := ids[0], ids[1], ids[2]
 	ok := "+OK\r\n"
-	k5 := keyOfSlot(t, "x", 5)
+	k5 := clustertest.KeyInSlot("x", 5)
 	h.do([]string{"CL.THROTTLE", k5, "5", "1", "60"}) // before slot 5 opens: a new key there would be ASKed for
 	assert.Equal(t, "-ERR no slot is migrating to "+b+"\r\n", h.do([]string{"CLUSTER", "MOVEKEYS", b, "100"}))
 	require.Equal(t, ok, h.do([]string{"CLUSTER", "SETSLOT", "5", "MIGRATING", b}))
@@ -226,7 +215,7 @@ func TestOpenSlotsCannotBeStranded(t *testing.T) {
 	assert.Equal(t, "-ERR slot 5 is migrating to "+b+": the document must give it to that node or leave both with it open; finish or close that move first\r\n",
 		h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
 
-	k6 := keyOfSlot(t, "m", 6)
+	k6 := clustertest.KeyInSlot("m", 6)
 	h.do([]string{"CL.THROTTLE", k6, "5", "1", "60"})
 	assert.Equal(t, "-ERR slot 6 is not migrating to "+b+" (CLUSTER SETSLOT 6 MIGRATING "+b+" first)\r\n",
 		h.do([]string{"MIGRATE", "127.0.0.1", "7002", "", "0", "100", "KEYS", k6}))
@@ -240,7 +229,7 @@ func TestOpenSlotsCannotBeStranded(t *testing.T) {
 		h.do([]string{"MULTI"}, []string{"CLUSTER", "IMPORTSTATE", k6, "1", "-1"}))
 	h.do([]string{"DISCARD"})
 	// A target lost for good: STABLE FORCE closes without asking it.
-	gone := keyOfSlot(t, "gone", 5)
+	gone := clustertest.KeyInSlot("gone", 5)
 	assert.Equal(t, "-ASK 5 127.0.0.1:7002\r\n", h.do([]string{"GET", gone}))
 	assert.Equal(t, ok, h.do([]string{"CLUSTER", "SETSLOT", "5", "STABLE", "FORCE"}))
 	assert.Equal(t, "$-1\r\n", h.do([]string{"GET", gone}), "served here again")

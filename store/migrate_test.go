@@ -10,20 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/cluster/clustertest"
 	"github.com/cellserver/cellserver/limit"
 )
-
-// keyInSlot returns a key of slot with prefix p.
-func keyInSlot(t *testing.T, p string, slot int) string {
-	t.Helper()
-	for i := range 1 << 22 {
-		if k := fmt.Sprintf("%s%d", p, i); cluster.KeySlot([]byte(k)) == slot {
-			return k
-		}
-	}
-	t.Fatalf("no key of slot %d", slot)
-	return ""
-}
 
 func gateAll(state uint8) *[cluster.SlotCount]uint8 {
 	var g [cluster.SlotCount]uint8
@@ -39,8 +28,8 @@ func gateAll(state uint8) *[cluster.SlotCount]uint8 {
 func TestGateMatrix(t *testing.T) {
 	st, _ := newTestStore(t, 2)
 	const slot = 100
-	here := keyInSlot(t, "here", slot)
-	missing := keyInSlot(t, "missing", slot)
+	here := clustertest.KeyInSlot("here", slot)
+	missing := clustertest.KeyInSlot("missing", slot)
 	run(st, throttleOp(here, 5, 1, 60, 1)) // no gate yet: runs
 	for i, tc := range []struct {
 		state   uint8
@@ -64,7 +53,7 @@ func TestGateMatrix(t *testing.T) {
 		s.SetAsking(tc.asking)
 		key := tc.key
 		if key == missing {
-			key = keyInSlot(t, fmt.Sprintf("missing%d-", i), slot) // a call creates its key
+			key = clustertest.KeyInSlot(fmt.Sprintf("missing%d-", i), slot) // a call creates its key
 		}
 		op := throttleOp(key, 5, 1, 60, 1)
 		s.Add(op)
@@ -132,7 +121,7 @@ func TestGateMultiKeyLimit(t *testing.T) {
 func TestSlotStateReqRefusesSlotsWithKeys(t *testing.T) {
 	st, clk := newTestStore(t, 1)
 	st.InitGate(gateAll(SlotOwned))
-	live, old := keyInSlot(t, "live", 7), keyInSlot(t, "old", 8)
+	live, old := clustertest.KeyInSlot("live", 7), clustertest.KeyInSlot("old", 8)
 	run(st, throttleOp(live, 5, 1, 60, 1))
 	run(st, throttleOp(old, 5, 1, 1, 1)) // expires in about a second
 	clk.Advance(int64(10 * time.Second))
@@ -162,9 +151,9 @@ func TestExportDropRestore(t *testing.T) {
 	const slot = 42
 	var keys []string
 	for i := range 5 {
-		keys = append(keys, keyInSlot(t, fmt.Sprintf("k%d-", i), slot))
+		keys = append(keys, clustertest.KeyInSlot(fmt.Sprintf("k%d-", i), slot))
 	}
-	other := keyInSlot(t, "other", 43)
+	other := clustertest.KeyInSlot("other", 43)
 	run(src, throttleOp(keys[0], 5, 1, 60, 2))
 	for i, alg := range []string{"FW 10 60", "SWC 10 60", "SWL 10 60", "CAL 10 DAY"} {
 		_, err := doLimit(src, parseLimitLine(t, keys[i+1]+" "+alg+" COST 3"))

@@ -111,10 +111,7 @@ func (sh *shard) warm(ops []*envelope) {
 	multi := false // a call of several limits here: its other keys too
 	for _, op := range ops {
 		if op.keyed {
-			prefetch(uintptr(unsafe.Pointer(&t.idx[home(op.hash, t.shift)])))
-			if t.old != nil { // a key not moved yet is found there
-				prefetch(uintptr(unsafe.Pointer(&t.old[home(op.hash, t.oldShift)])))
-			}
+			t.prefetchHome(op.hash)
 			if r, ok := op.req.(*LimitReq); ok && len(r.Call.Limits) > 1 {
 				r.warmKeysOn(sh, op.hash)
 				multi = true

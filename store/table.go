@@ -297,7 +297,7 @@ func (t *table) probe(idx []uint64, shift uint, key []byte, h uint64) int64 {
 // starts (warm's first step, for one key).
 func (t *table) prefetchHome(h uint64) {
 	prefetch(uintptr(unsafe.Pointer(&t.idx[home(h, t.shift)])))
-	if t.old != nil {
+	if t.old != nil { // a key not moved yet is found there
 		prefetch(uintptr(unsafe.Pointer(&t.old[home(h, t.oldShift)])))
 	}
 }

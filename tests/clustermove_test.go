@@ -498,6 +498,24 @@ func mvApplyRun(file string, timeout time.Duration, extra ...string) (stdout, st
 	return o.String(), e.String(), 0, err
 }
 
+// mvApplyResult is what mvApplyRun returned, for mvApplyAsync.
+type mvApplyResult struct {
+	out, errOut string
+	code        int
+	err         error
+}
+
+// mvApplyAsync runs `cellserver cluster apply FILE` (60 s at most) in the
+// background; its result arrives on the channel.
+func mvApplyAsync(file string) <-chan mvApplyResult {
+	ch := make(chan mvApplyResult, 1)
+	go func() {
+		o, e, c, err := mvApplyRun(file, 60*time.Second)
+		ch <- mvApplyResult{o, e, c, err}
+	}()
+	return ch
+}
+
 // mvApplyOK applies doc with the new flow and requires exit status 0 and
 // one "<addr> <id> ok" line per node of the document; it returns stdout
 // (with its "moved N keys of S slots from A to B" lines).
@@ -840,16 +858,7 @@ func mvKillMidMove(t *testing.T, killOld bool, fsync string) {
 		base0 := mvGetState(t, src).Migrated
 		require.NoError(t, src.Do(ctx, "DEBUG", "MIGRATE-DELAY", 100).Err())
 
-		type result struct {
-			out, errOut string
-			code        int
-			err         error
-		}
-		applied := make(chan result, 1)
-		go func() {
-			o, e, c, err := mvApplyRun(file, 60*time.Second)
-			applied <- result{o, e, c, err}
-		}()
+		applied := mvApplyAsync(file)
 		deadline := time.Now().Add(15 * time.Second)
 		var migrated int64
 		for {
@@ -971,16 +980,7 @@ func TestClusterKillApplyMidMove(t *testing.T) {
 	assert.Len(t, st1.Migrating, 3000, "node 1's slots stay open after apply died")
 	assert.Len(t, st2.Importing, 3000, "node 2's slots stay open after apply died")
 	assert.Equal(t, uint64(1), st1.Epoch)
-	type result struct {
-		out, errOut string
-		code        int
-		err         error
-	}
-	again := make(chan result, 1)
-	go func() {
-		o, e, c, err := mvApplyRun(file, 60*time.Second)
-		again <- result{o, e, c, err}
-	}()
+	again := mvApplyAsync(file)
 	// The open slots are served exactly meanwhile: the preloaded keys are
 	// limited on whichever side holds them (through the ClusterClient,
 	// which follows ASK).
