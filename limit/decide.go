@@ -166,8 +166,9 @@ type Fields struct {
 // all GCRA, FW or SWC: the same decision (decideSteps, each limit's own
 // step), without encoding the states for it or decoding its answers back.
 // states[i] is limit i's key's state, missing or of its limit's kind;
-// next[i] receives the state to store for every res[i].Write (res[i].State
-// is not set; next must not overlap states). A call with a limit of another algorithm is ErrBadCall, a
+// next[i] receives the state to store for every res[i].Write (its Kind and
+// the field of that kind; res[i].State is not set; next must not overlap
+// states). A call with a limit of another algorithm is ErrBadCall, a
 // state of another kind than its limit's ErrWrongType; the caller checks
 // both first and runs such a call through Decide.
 func DecideFields(specs []Spec, states []Fields, now int64, opt Options, res []Result, next []Fields) (Decision, error) {
@@ -184,20 +185,21 @@ func DecideFields(specs []Spec, states []Fields, now int64, opt Options, res []R
 		}
 	}
 	d, _, err := decideSteps(specs, opt, res[:n], func(i int, cost uint32, write bool) (R5, bool, int64, error) {
-		s, found := &states[i], states[i].Kind != 0
-		next[i] = Fields{Kind: specs[i].Limit.Kind()}
+		s, found, nx := &states[i], states[i].Kind != 0, &next[i]
+		// Only the field of next's Kind is set: zeroing the whole of it,
+		// per limit and step, costs more than FW's step.
 		switch l := specs[i].Limit.(type) {
 		case GCRA:
 			r, ns, exp, wrote, err := l.step(s.GCRA.TAT, found, now, cost, opt.MS, write)
-			next[i].GCRA = ns
+			nx.Kind, nx.GCRA = KindGCRA, ns
 			return r, wrote, exp, err
 		case FW:
 			r, ns, exp, wrote := l.step(s.FW, found, now, cost, opt.MS, write)
-			next[i].FW = ns
+			nx.Kind, nx.FW = KindFW, ns
 			return r, wrote, exp, nil
 		case SWC:
 			r, ns, exp, wrote := l.step(s.SWC, found, now, cost, opt.MS, write)
-			next[i].SWC = ns
+			nx.Kind, nx.SWC = KindSWC, ns
 			return r, wrote, exp, nil
 		}
 		return R5{}, false, 0, ErrBadCall

@@ -40,25 +40,47 @@ type LimitReq struct {
 }
 
 // limitScratch is a LimitReq's room for calls of several limits, or of
-// a state not kept in its entry.
+// a state not kept in its entry: what must outlive one step of the call
+// (each key's shard and hash, from the warm pass to the lookup; the results,
+// until the reply is written). What a call needs only while it is decided
+// is its shard's (limitWork): a client's pooled requests are mostly out of
+// cache, a shard's room is not. A call of n limits touches the first line
+// and n results.
 type limitScratch struct {
-	results [limit.MaxLimits]limit.Result
-	buf     []byte
-	local   [limit.MaxLimits][limit.SWCStateLen]byte // states kept in their entries, encoded for Decide
-	eis     [limit.MaxLimits]int64
-	// Per-call scratch, kept here so a call does not zero it on the stack.
+	// warmed: warmKeys set keys' shards and hashes for the next lookup.
+	// sharded: keys' shard indexes are set (keyShards): a key's slot (CRC16,
+	// its hash tag) is computed once per call, not by each step that needs it.
+	warmed, sharded bool
+	keys            [limit.MaxLimits]keyRef
+	results         [limit.MaxLimits]limit.Result
+	buf             []byte
+}
+
+// keyRef is where one key of a call lives.
+type keyRef struct {
+	hash  uint64
+	sh    *shard
+	shard int32
+}
+
+// limitWork is the room a call of several limits (or of a state not kept
+// in its entry) uses while it is decided, one per shard: a call runs on a
+// shard it owns the keys of (its first key's), which no other call uses
+// meanwhile.
+type limitWork struct {
+	eis    [limit.MaxLimits]int64
 	states [limit.MaxLimits][]byte
-	hashes [limit.MaxLimits]uint64
-	shs    [limit.MaxLimits]*shard
-	fields [limit.MaxLimits]limit.Fields // decideFields' states
-	next   [limit.MaxLimits]limit.Fields // and the new ones
-	// warmed: warmKeys set shs and hashes for the next lookup.
-	warmed bool
-	// shardOf[i] is limit i's key's shard once sharded is set (keyShards):
-	// a key's slot (CRC16, its hash tag) is computed once per call, not by
-	// each step that needs it.
-	shardOf [limit.MaxLimits]int32
-	sharded bool
+	local  [limit.MaxLimits][limit.SWCStateLen]byte // states kept in their entries, encoded for Decide
+	fields [limit.MaxLimits]limit.Fields            // decideFields' states
+	next   [limit.MaxLimits]limit.Fields            // and the new ones
+}
+
+// work returns the shard's limitWork, made on first use.
+func (sh *shard) work() *limitWork {
+	if sh.lw == nil {
+		sh.lw = new(limitWork)
+	}
+	return sh.lw
 }
 
 // LimitScratchBytes is the size of the scratch a LimitReq makes for its
@@ -71,16 +93,17 @@ func (r *LimitReq) DropScratch() { r.x = nil }
 // HasScratch reports whether the request keeps a scratch.
 func (r *LimitReq) HasScratch() bool { return r.x != nil }
 
-// keyShards returns the shard of each limit's key (see shardOf).
-func (r *LimitReq) keyShards(st *Store) *[limit.MaxLimits]int32 {
+// keyShards returns the keys of the call with their shard indexes set
+// (see sharded).
+func (r *LimitReq) keyShards(st *Store) *[limit.MaxLimits]keyRef {
 	x := r.scratch()
 	if !x.sharded {
 		for i, s := range r.Call.Limits {
-			x.shardOf[i] = int32(st.ShardOf(s.Key))
+			x.keys[i].shard = int32(st.ShardOf(s.Key))
 		}
 		x.sharded = true
 	}
-	return &x.shardOf
+	return &x.keys
 }
 
 // OneShard reports whether every key of the call lives on one shard, so
@@ -91,7 +114,7 @@ func (r *LimitReq) OneShard(st *Store) bool {
 	}
 	sh := r.keyShards(st)
 	for i := 1; i < len(r.Call.Limits); i++ {
-		if sh[i] != sh[0] {
+		if sh[i].shard != sh[0].shard {
 			return false
 		}
 	}
@@ -105,11 +128,12 @@ func (r *LimitReq) OneShard(st *Store) bool {
 // overlap instead of each lookup waiting for its own. The shards must be
 // held.
 func (r *LimitReq) warmKeys(st *Store) {
-	x, ids := r.scratch(), r.keyShards(st)
+	x, ks := r.scratch(), r.keyShards(st)
 	for i, s := range r.Call.Limits {
-		sh := st.shards[ids[i]]
-		x.shs[i], x.hashes[i] = sh, sh.t.hash(s.Key)
-		sh.t.prefetchHome(x.hashes[i])
+		k := &ks[i]
+		k.sh = st.shards[k.shard]
+		k.hash = k.sh.t.hash(s.Key)
+		k.sh.t.prefetchHome(k.hash)
 	}
 	x.warmed = true
 }
@@ -124,7 +148,7 @@ func (r *LimitReq) warmKeysOn(sh *shard, h uint64) {
 			h = sh.t.hash(s.Key)
 			sh.t.prefetchHome(h)
 		}
-		x.shs[i], x.hashes[i] = sh, h
+		x.keys[i].sh, x.keys[i].hash = sh, h
 	}
 	x.warmed = true
 }
@@ -132,7 +156,7 @@ func (r *LimitReq) warmKeysOn(sh *shard, h uint64) {
 func (r *LimitReq) warmEntries() {
 	x := r.x
 	for i := range r.Call.Limits {
-		x.shs[i].t.prefetchCandidate(x.hashes[i])
+		x.keys[i].sh.t.prefetchCandidate(x.keys[i].hash)
 	}
 }
 
@@ -140,8 +164,16 @@ func (r *LimitReq) warmEntries() {
 // list forgets its last run (its results, its warm pass's findings).
 func (r *LimitReq) SetCall(call limit.Call) {
 	r.Call, r.Results = call, nil
-	if r.x != nil {
-		r.x.warmed, r.x.sharded = false, false
+	if x := r.x; x != nil {
+		x.warmed, x.sharded = false, false
+		if n := len(call.Limits); n > 1 {
+			// The call writes its results when it runs, after the rest of
+			// the pipeline was queued: fetched now, they are there by then.
+			p := uintptr(unsafe.Pointer(&x.results[0]))
+			for off := uintptr(0); off < uintptr(n)*unsafe.Sizeof(x.results[0]); off += 64 {
+				prefetch(p + off)
+			}
+		}
 	}
 }
 
@@ -150,7 +182,7 @@ func (r *LimitReq) SetCall(call limit.Call) {
 func (r *LimitReq) Shards(st *Store, dst []int) []int {
 	sh := r.keyShards(st)
 	for i := range r.Call.Limits {
-		dst = addShard(dst, int(sh[i]))
+		dst = addShard(dst, int(sh[i].shard))
 	}
 	return dst
 }
@@ -188,10 +220,21 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 	if len(specs) > 1 {
 		r.Results = x.results[:len(specs)]
 	}
-	r.lookup(x, st, one, now)
-	defer clear(x.shs[:len(specs)]) // no reference into the store past the call
-	if !r.decideFields(x, now) {
-		r.decideEach(x, now)
+	r.locate(x, st, one)
+	// The call's keys are all on shards this goroutine runs (or holds):
+	// the first key's room is the call's alone while it is decided.
+	w := x.keys[0].sh.work()
+	r.lookup(x, w, now)
+	defer r.forget(x) // no reference into the store past the call
+	if !r.decideFields(x, w, now) {
+		r.decideEach(x, w, now)
+	}
+}
+
+// forget clears the call's references into the store.
+func (r *LimitReq) forget(x *limitScratch) {
+	for i := range r.Call.Limits {
+		x.keys[i].sh = nil
 	}
 }
 
@@ -203,52 +246,54 @@ func (r *LimitReq) scratch() *limitScratch {
 	return r.x
 }
 
-// lookup finds each key of the call: its shard (x.shs), hash and entry
-// (x.eis, -1 for a missing key).
-func (r *LimitReq) lookup(x *limitScratch, st *Store, one *shard, now int64) {
-	specs := r.Call.Limits
-	nowMs := floorMs(now)
-	hashes, shs := &x.hashes, &x.shs
+// locate sets each key's shard and hash (x.keys), unless the warm pass
+// did: on shard one, or (one nil) on st's shards.
+func (r *LimitReq) locate(x *limitScratch, st *Store, one *shard) {
 	if x.warmed {
 		x.warmed = false
-		for i, s := range specs {
-			x.eis[i] = shs[i].find(s.Key, hashes[i], nowMs)
-		}
 		return
 	}
-	x.warmed = false
-	// Each key's shard, found once: a key's slot (its hash tag, CRC16)
-	// costs more than the lookup in its table.
-	for i, s := range specs {
-		if shs[i] = one; one == nil {
-			shs[i] = st.shards[st.ShardOf(s.Key)]
-		}
+	specs := r.Call.Limits
+	ks := &x.keys
+	if one == nil {
+		ks = r.keyShards(st) // a key's slot is found once per call
 	}
 	for i, s := range specs {
-		sh := shs[i]
-		if i == 0 {
-			hashes[0] = r.keyHash(sh.t, s.Key) // warm's, when queued by Add
-		} else {
-			hashes[i] = sh.t.hash(s.Key)
+		k := &ks[i]
+		if k.sh = one; one == nil {
+			k.sh = st.shards[k.shard]
 		}
-		x.eis[i] = sh.find(s.Key, hashes[i], nowMs)
+		if i == 0 {
+			k.hash = r.keyHash(k.sh.t, s.Key) // warm's, when queued by Add
+		} else {
+			k.hash = k.sh.t.hash(s.Key)
+		}
+	}
+}
+
+// lookup finds each located key's entry (w.eis, -1 for a missing key).
+func (r *LimitReq) lookup(x *limitScratch, w *limitWork, now int64) {
+	nowMs := floorMs(now)
+	for i, s := range r.Call.Limits {
+		k := &x.keys[i]
+		w.eis[i] = k.sh.find(s.Key, k.hash, nowMs)
 	}
 }
 
 // decideEach is decide for any call, once its keys were looked up: each
 // key's state encoded for limit.Decide, the new ones stored from its
 // encodings.
-func (r *LimitReq) decideEach(x *limitScratch, now int64) {
+func (r *LimitReq) decideEach(x *limitScratch, w *limitWork, now int64) {
 	specs := r.Call.Limits
-	states, hashes, shs := &x.states, &x.hashes, &x.shs
+	states := &w.states
 	// States are read only once every key was looked up: a lookup that
 	// removes an expired key may compact the arena, and a state read
 	// before it would then point into memory given back to the system.
 	for i := range specs {
 		states[i] = nil
-		if x.eis[i] >= 0 {
-			t := shs[i].t
-			states[i] = t.state(t.at(uint32(x.eis[i])), x.local[i][:0])
+		if w.eis[i] >= 0 {
+			t := x.keys[i].sh.t
+			states[i] = t.state(t.at(uint32(w.eis[i])), w.local[i][:0])
 		}
 	}
 	d, buf, err := limit.Decide(specs, states[:len(specs)], now, r.Call.Options, r.Results[:len(specs)], x.buf[:0])
@@ -271,10 +316,10 @@ func (r *LimitReq) decideEach(x *limitScratch, now int64) {
 		if !res.Write {
 			continue
 		}
-		sh := shs[i]
-		ei := x.eis[i]
+		sh := x.keys[i].sh
+		ei := w.eis[i]
 		if ei < 0 {
-			ei = int64(sh.t.insertFor(s.Key, hashes[i], limit.KindOf(res.State)))
+			ei = int64(sh.t.insertFor(s.Key, x.keys[i].hash, limit.KindOf(res.State)))
 		}
 		sh.setState(uint32(ei), res.State, res.ExpireAt)
 		sh.markDirty(uint32(ei))
@@ -369,18 +414,18 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 }
 
 // decideFields is decideEach's common case, once every key was looked up
-// (x.eis, x.shs, x.hashes): every limit a GCRA, FW or SWC whose key is
+// (w.eis, x.keys): every limit a GCRA, FW or SWC whose key is
 // missing or holds its state in the entry. It decides on the entries'
 // fields (limit.DecideFields) and stores the new ones, as decideInline
 // does for one limit. It reports false, having changed nothing, for any
 // other call.
-func (r *LimitReq) decideFields(x *limitScratch, now int64) bool {
+func (r *LimitReq) decideFields(x *limitScratch, w *limitWork, now int64) bool {
 	specs := r.Call.Limits
-	fs := &x.fields
+	fs := &w.fields
 	for i, s := range specs {
 		f := limit.Fields{}
-		if ei := x.eis[i]; ei >= 0 {
-			e := x.shs[i].t.at(uint32(ei))
+		if ei := w.eis[i]; ei >= 0 {
+			e := x.keys[i].sh.t.at(uint32(ei))
 			switch k := s.Limit.Kind(); {
 			case k == limit.KindGCRA && e.outKind() == 0:
 				f.Kind, f.GCRA.TAT = k, e.tat
@@ -397,7 +442,7 @@ func (r *LimitReq) decideFields(x *limitScratch, now int64) bool {
 		fs[i] = f
 	}
 	n := len(specs)
-	d, err := limit.DecideFields(specs, fs[:n], now, r.Call.Options, r.Results[:n], x.next[:n])
+	d, err := limit.DecideFields(specs, fs[:n], now, r.Call.Options, r.Results[:n], w.next[:n])
 	if err != nil {
 		r.Err = err // none: the kinds were checked
 		return true
@@ -408,10 +453,11 @@ func (r *LimitReq) decideFields(x *limitScratch, now int64) bool {
 		if !res.Write {
 			continue
 		}
-		sh, t, f := x.shs[i], x.shs[i].t, &x.next[i]
-		ei := x.eis[i]
+		sh, f := x.keys[i].sh, &w.next[i]
+		t := sh.t
+		ei := w.eis[i]
 		if ei < 0 {
-			ei = int64(t.insertFor(s.Key, x.hashes[i], f.Kind))
+			ei = int64(t.insertFor(s.Key, x.keys[i].hash, f.Kind))
 		}
 		e := t.at(uint32(ei))
 		switch f.Kind {

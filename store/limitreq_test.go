@@ -134,8 +134,10 @@ func TestLimitInlineAgreesWithDecide(t *testing.T) {
 		b.Now = now
 		bx := b.scratch()
 		b.Results = bx.results[:len(specs)]
-		b.lookup(bx, nil, slow, now)
-		b.decideEach(bx, now)
+		b.locate(bx, nil, slow)
+		bw := slow.work()
+		b.lookup(bx, bw, now)
+		b.decideEach(bx, bw, now)
 		inline := len(specs) == 1 && spec.Limit.Kind() != limit.KindSWL
 		ran[inline]++
 		what := fmt.Sprintf("step %d: %+v %+v", step, specs, opt)

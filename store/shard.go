@@ -17,6 +17,7 @@ type shard struct {
 	clock *Clock
 	o     *Owner // the goroutine that runs the shard
 	t     *table
+	lw    *limitWork // see limitWork; made on first use
 
 	slotLo, slotHi int // the contiguous hash slot range [lo, hi) this shard owns
 	// gate is, in cluster mode, each slot's Slot* state (index slot-slotLo):
