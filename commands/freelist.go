@@ -120,3 +120,45 @@ func (cp *callPools) recycle() {
 	cp.resets.reset()
 	cp.inspects.reset()
 }
+
+// loopPools are the call pools of the pipelines one event loop runs. A
+// loop runs one client's pipeline at a time, so while no pipeline waits on
+// another loop one pool serves them all and stays in cache; each client's
+// own pools, taken in turn by the loop's clients, mostly are not. A
+// pipeline that waits on another loop keeps its pool until its replies are
+// written; the next takes another. Only the loop's goroutine uses them.
+type loopPools struct{ free []*callPools }
+
+// keptLoopPools is how many pools a loop keeps: as many as its pipelines
+// that wait on other loops at once, up to this.
+const keptLoopPools = 64
+
+func (lp *loopPools) get() *callPools {
+	if n := len(lp.free); n > 0 {
+		cp := lp.free[n-1]
+		lp.free[n-1] = nil
+		lp.free = lp.free[:n-1]
+		return cp
+	}
+	return new(callPools)
+}
+
+func (lp *loopPools) put(cp *callPools) {
+	if len(lp.free) < keptLoopPools {
+		lp.free = append(lp.free, cp)
+	}
+}
+
+// pools returns the pools the pipeline's calls come from, taking them for
+// the pipeline (recycle gives them back): on its event loop, the loop's;
+// off the loops (or with no loop), the client's own.
+func (c *Client) pools() *callPools {
+	if c.calls == nil {
+		c.calls = &c.own
+		if c.home != nil && !c.offLoop {
+			c.from = &c.srv.loopPools[c.home.ID()]
+			c.calls = c.from.get()
+		}
+	}
+	return c.calls
+}

@@ -49,7 +49,7 @@ func limitKeys(argv [][]byte) [][]byte {
 
 // CL.LIMIT <key> <TYPE> <args> [COST n] [TZ zone] [AND <key> ...] [PEEK] [MS]
 func limitCall(c *Client, args [][]byte) (service.Call, string) {
-	l := c.calls.limits.get()
+	l := c.pools().limits.get()
 	call, err := limit.ParseLimitInto(l.Call.Limits[:0], args)
 	if err != nil {
 		return nil, err.Error()
@@ -112,7 +112,7 @@ func peekCall(c *Client, args [][]byte) (service.Call, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	t := c.calls.throttles.get()
+	t := c.pools().throttles.get()
 	t.Key, t.Params, t.Peek = key, p, true
 	return t, ""
 }
@@ -124,7 +124,7 @@ func resetCall(c *Client, args [][]byte) (service.Call, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	r := c.calls.resets.get()
+	r := c.pools().resets.get()
 	r.Keys = keys
 	return r, ""
 }
@@ -141,7 +141,7 @@ func inspectCall(c *Client, args [][]byte) (service.Call, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	in := c.calls.inspects.get()
+	in := c.pools().inspects.get()
 	in.Key = key
 	return in, ""
 }

@@ -133,7 +133,7 @@ func TestLimitPoolKeepsScratchBounded(t *testing.T) {
 	}
 	h.do(cmds...)
 	kept, scratched := 0, 0
-	for _, l := range h.c.calls.limits.items {
+	for _, l := range h.c.own.limits.items {
 		kept++
 		if l.HasScratch() {
 			scratched++

@@ -105,6 +105,8 @@ type Server struct {
 	started  time.Time
 	runID    string // 40 random hex characters, new at every start (INFO run_id), as Redis
 	log      *slog.Logger
+	// loopPools are each event loop's call pools, by its owner's ID.
+	loopPools []loopPools
 
 	nextID      atomic.Int64
 	clientsMu   sync.Mutex
@@ -200,6 +202,8 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 		opsLastT: time.Now(),
 		sleep:    time.Sleep,
 		metrics:  cfg.Metrics,
+
+		loopPools: make([]loopPools, len(st.Owners())),
 	}
 	if st.SyncsWrites() && !st.Hosted() {
 		// Under --fsync always every write waits for its fsync: run writes
@@ -297,7 +301,12 @@ type Client struct {
 	local  bool   // loopback or unix socket: DEBUG under "local"
 	asking bool   // ASKING was sent: the next command may use a slot importing here
 
-	calls callPools // the pipeline's service calls, reused
+	// calls are the pools the pipeline's service calls come from (see
+	// pools); nil between pipelines. own are the client's, used off the
+	// event loops; on a loop, calls are the loop's, from from.
+	calls *callPools
+	from  *loopPools
+	own   callPools
 
 	created  time.Time
 	lastUsed atomic.Int64 // Unix ns of the last command
@@ -978,7 +987,14 @@ const maxKeptOps = 4096
 // past maxKeptOps. The requests stay as they are until taken again, so a
 // Run handler reads them after runNow.
 func (c *Client) recycle() {
-	c.calls.recycle()
+	if cp := c.calls; cp != nil {
+		cp.recycle()
+		c.calls = nil
+		if c.from != nil {
+			c.from.put(cp)
+			c.from = nil
+		}
+	}
 	c.reqs.reset()
 	if cap(c.queued) > maxKeptOps {
 		c.queued = nil

@@ -25,7 +25,7 @@ func throttleCall(c *Client, args [][]byte) (service.Call, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	t := c.calls.throttles.get()
+	t := c.pools().throttles.get()
 	t.Key, t.Params, t.Peek = key, p, false
 	return t, ""
 }
