@@ -352,7 +352,7 @@ type Client struct {
 	// the pipeline goroutine's; kill is under mu.
 	offLoop           bool         // the pipeline runs off the event loops (SetOffLoop)
 	home              *store.Owner // the owner the client's event loop hosts (SetHome)
-	asyncStart        time.Time    // when a pending ExecAsync began
+	asyncStart        time.Time    // when the pipeline ExecAsync runs began (finish counts its commands' time from it)
 	replyOff          bool         // CLIENT REPLY OFF
 	skipCur, skipNext bool         // CLIENT REPLY SKIP: this command's reply, the next one's
 	kill              func()
@@ -615,11 +615,14 @@ func (s *Server) ExecAsync(c *Client, cmds [][][]byte, out *Out, done func()) (n
 	}
 	// Only a pipeline that ran whole is left pending (one stopped early
 	// has its rest run by the caller after its replies).
+	// Its commands' time counts from its start, as Redis counts a
+	// command's from before it parses it (one clock read fewer a pipeline).
+	c.asyncStart = now
 	if done != nil && n == len(cmds) && len(c.slots) > 0 && c.sess.RunAsync(done) {
-		c.asyncStart = now
 		return n, true
 	}
 	s.finish(c, out)
+	c.asyncStart = time.Time{} // finish did not run (no slots)
 	return n, false
 }
 
@@ -888,9 +891,11 @@ func (s *Server) finish(c *Client, out *Out) {
 	if len(c.slots) == 0 {
 		return
 	}
-	start := time.Now()
-	if !c.asyncStart.IsZero() { // the requests ran on another loop since then
-		start, c.asyncStart = c.asyncStart, time.Time{}
+	start := c.asyncStart
+	if start.IsZero() {
+		start = time.Now()
+	} else {
+		c.asyncStart = time.Time{}
 	}
 	c.sess.Run()
 	var per, perNs int64
