@@ -352,7 +352,7 @@ type Client struct {
 	// the pipeline goroutine's; kill is under mu.
 	offLoop           bool         // the pipeline runs off the event loops (SetOffLoop)
 	home              *store.Owner // the owner the client's event loop hosts (SetHome)
-	asyncStart        time.Time    // when the pipeline ExecAsync runs began (finish counts its commands' time from it)
+	asyncStart        time.Time    // when the slots finish writes next began to queue (zero: finish reads the clock)
 	replyOff          bool         // CLIENT REPLY OFF
 	skipCur, skipNext bool         // CLIENT REPLY SKIP: this command's reply, the next one's
 	kill              func()
@@ -600,6 +600,10 @@ func (s *Server) ExecAsync(c *Client, cmds [][][]byte, out *Out, done func()) (n
 	out.Proto = c.Proto()
 	now := time.Now()
 	c.lastUsed.Store(now.UnixNano())
+	// The pipeline's commands count their time from its start, as Redis
+	// counts a command's from before it parses it (one clock read fewer a
+	// pipeline), unless a finish before theirs took it (see finish).
+	c.asyncStart = now
 	for _, args := range cmds {
 		if c.killed.Load() {
 			c.closing = true
@@ -615,14 +619,15 @@ func (s *Server) ExecAsync(c *Client, cmds [][][]byte, out *Out, done func()) (n
 	}
 	// Only a pipeline that ran whole is left pending (one stopped early
 	// has its rest run by the caller after its replies).
-	// Its commands' time counts from its start, as Redis counts a
-	// command's from before it parses it (one clock read fewer a pipeline).
-	c.asyncStart = now
-	if done != nil && n == len(cmds) && len(c.slots) > 0 && c.sess.RunAsync(done) {
-		return n, true
+	if done != nil && n == len(cmds) && len(c.slots) > 0 {
+		if c.asyncStart.IsZero() {
+			c.asyncStart = time.Now() // its wait on other loops counts
+		}
+		if c.sess.RunAsync(done) {
+			return n, true
+		}
 	}
 	s.finish(c, out)
-	c.asyncStart = time.Time{} // finish did not run (no slots)
 	return n, false
 }
 
@@ -888,14 +893,16 @@ func (c *Client) reject(cmd *Command, e string) {
 
 // finish runs the queued requests and writes the replies of every pending slot.
 func (s *Server) finish(c *Client, out *Out) {
+	// The pipeline's start counts for the slots queued since then, once:
+	// what runs after this finish (a Run command, a pause's wait, a failed
+	// AUTH's delay) must not count for the slots queued after it.
+	start := c.asyncStart
+	c.asyncStart = time.Time{}
 	if len(c.slots) == 0 {
 		return
 	}
-	start := c.asyncStart
 	if start.IsZero() {
 		start = time.Now()
-	} else {
-		c.asyncStart = time.Time{}
 	}
 	c.sess.Run()
 	var per, perNs int64
