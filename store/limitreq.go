@@ -87,6 +87,25 @@ func (sh *shard) work() *limitWork {
 // first call of several limits and keeps (DropScratch lets it go).
 const LimitScratchBytes = int(unsafe.Sizeof(limitScratch{}))
 
+// maxKeptBuf bounds the state buffer a request keeps for its next call. A
+// call over SWL logs of thousands of entries needs hundreds of KB, which
+// must not stay with a pooled request (the pools count the scratch, not
+// what its buffer grew to).
+const maxKeptBuf = 4 << 10
+
+// Forget drops the request's references into the keyspace, and a state
+// buffer past maxKeptBuf with the results that alias it; call it once the
+// results were read.
+func (r *LimitReq) Forget() {
+	r.envelope.Forget()
+	if x := r.x; x != nil && cap(x.buf) > maxKeptBuf {
+		x.buf = nil
+		for i := range x.results {
+			x.results[i].State = nil
+		}
+	}
+}
+
 // DropScratch lets go of the request's scratch.
 func (r *LimitReq) DropScratch() { r.x = nil }
 

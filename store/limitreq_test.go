@@ -207,3 +207,30 @@ func TestLimitReqReuseForgetsWarm(t *testing.T) {
 		require.Equal(t, int64(-2), pttl, "%s never existed", k)
 	}
 }
+
+// TestLimitForgetBoundsBuffer: a call over big SWL logs grows the
+// request's state buffer; once its results were read, the request does not
+// keep it (a pooled request would hold it for as long as the pool lives).
+func TestLimitForgetBoundsBuffer(t *testing.T) {
+	st, clk := newTestStore(t, 1)
+	line := "a SWL 2000 3600 AND b SWL 2000 3600"
+	var r *LimitReq
+	for range 400 {
+		clk.Advance(int64(time.Millisecond)) // one entry per call
+		var err error
+		r, err = doLimit(st, parseLimitLine(t, line))
+		require.NoError(t, err)
+	}
+	require.Greater(t, cap(r.x.buf), maxKeptBuf, "the states of 400 entries each")
+	require.NotNil(t, r.Results[0].State)
+	r.Forget()
+	require.Nil(t, r.x.buf)
+	for _, res := range r.x.results {
+		require.Nil(t, res.State, "no result keeps the buffer alive")
+	}
+	small, err := doLimit(st, parseLimitLine(t, "c FW 10 60 AND d FW 10 60 AND e SWL 5 60"))
+	require.NoError(t, err)
+	bufCap := cap(small.x.buf)
+	small.Forget()
+	require.Equal(t, bufCap, cap(small.x.buf), "a small buffer is kept for the next call")
+}
