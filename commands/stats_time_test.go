@@ -39,14 +39,7 @@ func TestStatsSkipPauseWait(t *testing.T) {
 	h := newHarness(t, Config{})
 	require.Equal(t, "+OK\r\n", h.cmd("CLIENT", "PAUSE", "100000", "WRITE"))
 	throttle := [][]byte{[]byte("CL.THROTTLE"), []byte("k"), []byte("1"), []byte("1"), []byte("60")}
-	other := h.srv.NewClient(nil, nil)
-	other.SetOffLoop(true)
-	done := make(chan string)
-	go func() {
-		var out Out
-		h.srv.Exec(other, [][][]byte{throttle}, &out)
-		done <- string(out.B)
-	}()
+	done := h.execOffLoop(h.srv.NewClient(nil, nil), throttle)
 	time.Sleep(60 * time.Millisecond)
 	require.Equal(t, "+OK\r\n", h.cmd("CLIENT", "UNPAUSE"))
 	<-done

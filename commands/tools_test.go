@@ -238,14 +238,7 @@ func TestClientPauseWrite(t *testing.T) {
 	assert.True(t, h.srv.Slow([][][]byte{{[]byte("PING")}, throttle}), "a paused write goes off the loop")
 	assert.False(t, h.srv.Slow([][][]byte{{[]byte("PING")}, {[]byte("GET"), []byte("k")}}))
 	a := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 6000}
-	other := h.srv.NewClient(a, a)
-	other.SetOffLoop(true)
-	done := make(chan string)
-	go func() {
-		var out Out
-		h.srv.Exec(other, [][][]byte{throttle}, &out)
-		done <- string(out.B)
-	}()
+	done := h.execOffLoop(h.srv.NewClient(a, a), throttle)
 	assert.Equal(t, "+PONG\r\n", h.cmd("PING"))
 	assert.Equal(t, "$-1\r\n", h.cmd("GET", "k")) // the write has not run
 	select {
@@ -349,4 +342,17 @@ func TestLatencyGraph(t *testing.T) {
 	h.cmd("CONFIG", "SET", "latency-monitor-threshold", "1")
 	h.srv.latency.record(false, 5e6)
 	assert.Contains(t, h.cmd("LATENCY", "GRAPH", "command"), "command - high 5 ms, low 5 ms (all time high 5 ms)\n")
+}
+
+// execOffLoop runs one command for client c off the event loops, as the
+// wire layer runs a paused write, and sends its reply on the channel.
+func (h *harness) execOffLoop(c *Client, cmd [][]byte) <-chan string {
+	c.SetOffLoop(true)
+	done := make(chan string, 1)
+	go func() {
+		var out Out
+		h.srv.Exec(c, [][][]byte{cmd}, &out)
+		done <- string(out.B)
+	}()
+	return done
 }

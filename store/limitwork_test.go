@@ -67,7 +67,7 @@ func TestLimitWorkSharedStress(t *testing.T) {
 		mu.Unlock()
 	}
 	// Sessions on each loop.
-	for li, l := range ls {
+	for _, l := range ls {
 		for g := 0; g < 2; g++ {
 			wg.Add(1)
 			go func() {
@@ -76,22 +76,13 @@ func TestLimitWorkSharedStress(t *testing.T) {
 				reqs := make([]LimitReq, len(calls))
 				for i := 0; i < rounds; i++ {
 					l.do(func() {
-						for j, c := range calls {
-							r := &reqs[j]
-							r.SetCall(c)
-							if r.OneShard(st) {
-								sess.Add(r)
-							} else {
-								sess.AddHeld(r)
-							}
-						}
+						queueCalls(st, sess, reqs, calls)
 						sess.Run()
 					})
 					for j, c := range calls {
 						count(c, &reqs[j])
 					}
 				}
-				_ = li
 			}()
 		}
 	}
@@ -107,15 +98,7 @@ func TestLimitWorkSharedStress(t *testing.T) {
 				if hold {
 					sess.Hold([]int{0, 1})
 				}
-				for j, c := range calls {
-					r := &reqs[j]
-					r.SetCall(c)
-					if r.OneShard(st) {
-						sess.Add(r)
-					} else {
-						sess.AddHeld(r)
-					}
-				}
+				queueCalls(st, sess, reqs, calls)
 				sess.Run()
 				if hold {
 					sess.Release()
@@ -142,5 +125,19 @@ func TestLimitWorkSharedStress(t *testing.T) {
 		require.NoError(t, r.Err)
 		got := 1000000000 - r.Decision.Remaining
 		require.EqualValues(t, n, got, "key %s: charged %d times, state says %d", k, n, got)
+	}
+}
+
+// queueCalls queues reqs[i] for calls[i] on sess, as the service does: a
+// call of one shard by its first key, one of several held.
+func queueCalls(st *Store, sess *Session, reqs []LimitReq, calls []limit.Call) {
+	for j, c := range calls {
+		r := &reqs[j]
+		r.SetCall(c)
+		if r.OneShard(st) {
+			sess.Add(r)
+		} else {
+			sess.AddHeld(r)
+		}
 	}
 }
