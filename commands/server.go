@@ -352,7 +352,7 @@ type Client struct {
 	// the pipeline goroutine's; kill is under mu.
 	offLoop           bool         // the pipeline runs off the event loops (SetOffLoop)
 	home              *store.Owner // the owner the client's event loop hosts (SetHome)
-	asyncStart        time.Time    // when the slots finish writes next began to queue (zero: finish reads the clock)
+	queuedSince       time.Time    // when the slots finish writes next began to queue (zero: finish reads the clock)
 	replyOff          bool         // CLIENT REPLY OFF
 	skipCur, skipNext bool         // CLIENT REPLY SKIP: this command's reply, the next one's
 	kill              func()
@@ -603,7 +603,7 @@ func (s *Server) ExecAsync(c *Client, cmds [][][]byte, out *Out, done func()) (n
 	// The pipeline's commands count their time from its start, as Redis
 	// counts a command's from before it parses it (one clock read fewer a
 	// pipeline), unless a finish before theirs took it (see finish).
-	c.asyncStart = now
+	c.queuedSince = now
 	for _, args := range cmds {
 		if c.killed.Load() {
 			c.closing = true
@@ -620,8 +620,8 @@ func (s *Server) ExecAsync(c *Client, cmds [][][]byte, out *Out, done func()) (n
 	// Only a pipeline that ran whole is left pending (one stopped early
 	// has its rest run by the caller after its replies).
 	if done != nil && n == len(cmds) && len(c.slots) > 0 {
-		if c.asyncStart.IsZero() {
-			c.asyncStart = time.Now() // its wait on other loops counts
+		if c.queuedSince.IsZero() {
+			c.queuedSince = time.Now() // its wait on other loops counts
 		}
 		if c.sess.RunAsync(done) {
 			return n, true
@@ -896,8 +896,8 @@ func (s *Server) finish(c *Client, out *Out) {
 	// The pipeline's start counts for the slots queued since then, once:
 	// what runs after this finish (a Run command, a pause's wait, a failed
 	// AUTH's delay) must not count for the slots queued after it.
-	start := c.asyncStart
-	c.asyncStart = time.Time{}
+	start := c.queuedSince
+	c.queuedSince = time.Time{}
 	if len(c.slots) == 0 {
 		return
 	}

@@ -23,7 +23,7 @@ type HeldRequest interface {
 // heldWarmer is a held request with a warm pass (LimitReq.warmKeys): run
 // over a hold's requests before any of them, once its shards are held.
 type heldWarmer interface {
-	warmKeys(st *Store)
+	warmKeys(st *Store, one *shard)
 	warmEntries()
 }
 
@@ -123,7 +123,7 @@ func (ss *Session) runHeld() {
 	}
 	for _, op := range ss.held {
 		if w, ok := op.req.(heldWarmer); ok {
-			w.warmKeys(st)
+			w.warmKeys(st, nil)
 		}
 	}
 	for _, op := range ss.held {

@@ -140,34 +140,21 @@ func (r *LimitReq) OneShard(st *Store) bool {
 	return true
 }
 
-// warmKeys and warmEntries are the shard's warm pass for a held call:
-// run for every call of a hold before any runs, they find each key's
-// shard and hash (kept for lookup) and prefetch its index slot, then the
-// entry the slot most likely names, so that the calls' cache misses
-// overlap instead of each lookup waiting for its own. The shards must be
-// held.
-func (r *LimitReq) warmKeys(st *Store) {
-	x, ks := r.scratch(), r.keyShards(st)
-	for i, s := range r.Call.Limits {
-		k := &ks[i]
-		k.sh = st.shards[k.shard]
-		k.hash = k.sh.t.hash(s.Key)
-		k.sh.t.prefetchHome(k.hash)
-	}
-	x.warmed = true
-}
-
-// warmKeysOn is warmKeys for a call of several limits whose keys all
-// live on sh (queued by Add: sh's warm pass), h being the first key's
-// hash.
-func (r *LimitReq) warmKeysOn(sh *shard, h uint64) {
+// warmKeys and warmEntries are the warm pass of a call of several limits:
+// run for every call of a batch or hold before any runs, they find each
+// key's shard and hash (kept for the lookup) and prefetch its index slot,
+// then the entry the slot most likely names, so that the calls' cache
+// misses overlap instead of each lookup waiting for its own. one is the
+// shard that holds every key (a call queued by Add: that shard's warm
+// pass, which hashed and prefetched the first key already), or nil for a
+// held call, whose shards st must have held.
+func (r *LimitReq) warmKeys(st *Store, one *shard) {
 	x := r.scratch()
-	for i, s := range r.Call.Limits {
-		if i > 0 {
-			h = sh.t.hash(s.Key)
-			sh.t.prefetchHome(h)
+	r.locate(x, st, one)
+	for i := range r.Call.Limits {
+		if i > 0 || one == nil {
+			x.keys[i].sh.t.prefetchHome(x.keys[i].hash)
 		}
-		x.keys[i].sh, x.keys[i].hash = sh, h
 	}
 	x.warmed = true
 }
@@ -244,14 +231,14 @@ func (r *LimitReq) decide(st *Store, one *shard, now int64) {
 	// the first key's room is the call's alone while it is decided.
 	w := x.keys[0].sh.work()
 	r.lookup(x, w, now)
-	defer r.forget(x) // no reference into the store past the call
+	defer r.clearShards(x) // no reference into the store past the call
 	if !r.decideFields(x, w, now) {
 		r.decideEach(x, w, now)
 	}
 }
 
-// forget clears the call's references into the store.
-func (r *LimitReq) forget(x *limitScratch) {
+// clearShards clears the call's references into the store.
+func (r *LimitReq) clearShards(x *limitScratch) {
 	for i := range r.Call.Limits {
 		x.keys[i].sh = nil
 	}

@@ -189,7 +189,7 @@ func TestLimitReqReuseForgetsWarm(t *testing.T) {
 	sh := st.shards[0]
 	var r LimitReq
 	r.SetCall(parseLimitLine(t, "a1 FW 10 60 AND a2 FW 10 60"))
-	r.warmKeysOn(sh, sh.t.hash([]byte("a1"))) // and never run
+	r.warmKeys(nil, sh) // and never run
 	r.SetCall(parseLimitLine(t, "b1 FW 10 60 AND b2 FW 10 60"))
 	s := st.NewSession()
 	s.AddTo(0, &r) // a batch of one: no warm pass

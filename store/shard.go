@@ -114,7 +114,7 @@ func (sh *shard) warm(ops []*envelope) {
 		if op.keyed {
 			t.prefetchHome(op.hash)
 			if r, ok := op.req.(*LimitReq); ok && len(r.Call.Limits) > 1 {
-				r.warmKeysOn(sh, op.hash)
+				r.warmKeys(nil, sh)
 				multi = true
 			}
 		}
