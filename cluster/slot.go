@@ -22,9 +22,11 @@ func KeySlot(key []byte) int {
 
 // crc16 is CRC-16/XMODEM (poly 0x1021, init 0), the variant Redis Cluster
 // uses, eight bytes per step ("slicing-by-8": crc16tab[k][b] is the CRC of
-// byte b followed by k zero bytes, and the CRC is linear), then one byte
-// at a time. Every command routes its key through it, so it is on the hot
-// path: a 16-byte key takes a third of the bytewise loop's time.
+// byte b followed by k zero bytes, and the CRC is linear), then the rest
+// four, two and one bytes at a time with the same tables. Every command
+// routes its key through it, so it is on the hot path: a 16-byte key takes
+// a third of the bytewise loop's time, and a 15-byte key's tail three steps
+// instead of seven dependent ones.
 func crc16(b []byte) uint16 {
 	var crc uint16
 	t := &crc16tab
@@ -32,8 +34,16 @@ func crc16(b []byte) uint16 {
 		crc = t[7][byte(crc>>8)^b[0]] ^ t[6][byte(crc)^b[1]] ^
 			t[5][b[2]] ^ t[4][b[3]] ^ t[3][b[4]] ^ t[2][b[5]] ^ t[1][b[6]] ^ t[0][b[7]]
 	}
-	for _, c := range b {
-		crc = crc<<8 ^ t[0][byte(crc>>8)^c]
+	if len(b) >= 4 {
+		crc = t[3][byte(crc>>8)^b[0]] ^ t[2][byte(crc)^b[1]] ^ t[1][b[2]] ^ t[0][b[3]]
+		b = b[4:]
+	}
+	if len(b) >= 2 {
+		crc = t[1][byte(crc>>8)^b[0]] ^ t[0][byte(crc)^b[1]]
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		crc = crc<<8 ^ t[0][byte(crc>>8)^b[0]]
 	}
 	return crc
 }

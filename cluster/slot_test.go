@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -31,11 +32,17 @@ func TestKeySlot(t *testing.T) {
 	}
 }
 
+// BenchmarkKeySlot: keys of 15, 16 and 19 bytes (the benchmark harness's
+// "fw:" and "key:" keys, and one with a tail of three bytes).
 func BenchmarkKeySlot(b *testing.B) {
-	k := []byte("user:1234567890:api")
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		KeySlot(k)
+	for _, k := range []string{"fw:000000012345", "key:000000012345", "user:1234567890:api"} {
+		b.Run(strconv.Itoa(len(k)), func(b *testing.B) {
+			key := []byte(k)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				KeySlot(key)
+			}
+		})
 	}
 }
 
