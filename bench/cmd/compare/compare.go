@@ -25,6 +25,12 @@ const (
 	sysCellThrottle = "cellserver CL.THROTTLE"
 	sysCellLimit    = "cellserver CL.LIMIT"
 	sysCellRESP3    = "cellserver CL.THROTTLE, RESP3"
+	// The ceiling scenarios' canned-reply server (bench.Canned).
+	sysCannedPing     = "canned PING"
+	sysCannedThrottle = "canned CL.THROTTLE"
+	sysCannedFW       = "canned CL.LIMIT FW"
+	sysCannedSWC      = "canned CL.LIMIT SWC"
+	sysCannedTwo      = "canned CL.LIMIT two FW"
 )
 
 // system is one server answering one kind of command.
@@ -71,7 +77,19 @@ type scenario struct {
 	// RESP3: CL.THROTTLE on one cellserver from RESP2 and from RESP3
 	// clients (redis-benchmark -3), alternating round by round.
 	RESP3 bool `json:"resp3,omitempty"`
+	// Ceiling: the same load against a server that answers each command
+	// with a reply recorded from cellserver and does nothing else
+	// (bench.Canned), alternating with the references: what redis-benchmark
+	// and the wire alone allow here, reply shape by reply shape.
+	Ceiling bool `json:"ceiling,omitempty"`
 }
+
+// The CL.LIMIT calls of the limit scenarios (and of ceiling-p16).
+var (
+	limitFW  = []string{"CL.LIMIT", "fw:__rand_int__", "FW", "1000", "60"}
+	limitSWC = []string{"CL.LIMIT", "swc:__rand_int__", "SWC", "1000", "60"}
+	limitTwo = []string{"CL.LIMIT", "{a}k:__rand_int__", "FW", "1000", "60", "AND", "{b}k:__rand_int__", "FW", "100000", "3600"}
+)
 
 func scenarios(c config) []scenario {
 	p := strings.Fields(c.Params)
@@ -90,12 +108,15 @@ func scenarios(c config) []scenario {
 		{Name: bigName, Title: fmt.Sprintf("%s live keys (preloaded, long period), pipeline 16", strings.ToUpper(short(big))), Pipeline: 16, Keyspace: big,
 			Key: "live:__rand_int__", Params: lp, Preload: big, Prefix: "live:"},
 		{Name: "limit-fw-p16", Title: "CL.LIMIT with one FW limit against CL.THROTTLE, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
-			Key: "key:__rand_int__", Params: p, Limit: []string{"CL.LIMIT", "fw:__rand_int__", "FW", "1000", "60"}},
+			Key: "key:__rand_int__", Params: p, Limit: limitFW},
 		{Name: "limit-swc-p16", Title: "CL.LIMIT with one SWC limit against CL.THROTTLE, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
-			Key: "key:__rand_int__", Params: p, Limit: []string{"CL.LIMIT", "swc:__rand_int__", "SWC", "1000", "60"}},
+			Key: "key:__rand_int__", Params: p, Limit: limitSWC},
 		{Name: "limit2-p16", Title: "CL.LIMIT with two FW limits on different shards against CL.THROTTLE, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
-			Key: "key:__rand_int__", Params: p, Tags: []string{"a", "b"},
-			Limit: []string{"CL.LIMIT", "{a}k:__rand_int__", "FW", "1000", "60", "AND", "{b}k:__rand_int__", "FW", "100000", "3600"}},
+			Key: "key:__rand_int__", Params: p, Tags: []string{"a", "b"}, Limit: limitTwo},
+		{Name: "ceiling-p1", Title: "the load generator's ceiling at depth 1: CL.THROTTLE against a canned-reply server, 100k random keys, no pipelining", Pipeline: 1, Keyspace: 100_000,
+			Key: "key:__rand_int__", Params: p, Ceiling: true},
+		{Name: "ceiling-p16", Title: "the load generator's ceiling of the CL.LIMIT / CL.THROTTLE ratios: a canned-reply server, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
+			Key: "key:__rand_int__", Params: p, Ceiling: true},
 		{Name: "resp3-p1", Title: "CL.THROTTLE from RESP2 and RESP3 clients, 100k random keys, no pipelining", Pipeline: 1, Keyspace: 100_000,
 			Key: "key:__rand_int__", Params: p, RESP3: true},
 		{Name: "resp3-p16", Title: "CL.THROTTLE from RESP2 and RESP3 clients, 100k random keys, pipeline 16", Pipeline: 16, Keyspace: 100_000,
@@ -250,6 +271,8 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 	pings := []system{{name: sysPing, proc: rd}, {name: sysCellPing, proc: cs}}
 	loaded := map[string]int{} // server address/prefix -> keys loaded
 	var cs2 *bench.Proc        // flat-p16's 100k-key cellserver
+	var canned *bench.Proc     // the ceiling scenarios' canned-reply server
+	var cannedShown []string
 
 	logf("servers: cellserver %s (pid %d), redis+lua %s (pid %d)", cs.Addr, cs.Pid(), rd.Addr, rd.Pid())
 	for _, sc := range list {
@@ -289,7 +312,37 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 				{name: sysCell + ", " + strings.ToUpper(short(sc.Keyspace)) + " live keys", proc: cs, argv: throttle},
 			}
 		}
+		if sc.Ceiling {
+			if canned == nil {
+				logf("starting the canned-reply server (replies recorded from cellserver)")
+				if canned, cannedShown, err = e.startCanned(cs.Addr, [][]string{throttle(sc.Key, sc.Params), limitFW, limitSWC, limitTwo}); err != nil {
+					return res, finish(res), fmt.Errorf("scenario %s: %w", sc.Name, err)
+				}
+				defer canned.Stop()
+			}
+			fixed := func(argv []string) func(string, []string) []string {
+				return func(string, []string) []string { return argv }
+			}
+			if sc.Pipeline == 1 {
+				systems = []system{
+					{name: sysPing, proc: rd},
+					{name: sysCannedPing, proc: canned},
+					{name: sysCannedThrottle, proc: canned, argv: throttle},
+					{name: sysCell, proc: cs, argv: throttle},
+				}
+			} else {
+				systems = []system{
+					{name: sysCannedThrottle, proc: canned, argv: throttle},
+					{name: sysCannedFW, proc: canned, argv: fixed(limitFW), check: checkLimitReply},
+					{name: sysCannedSWC, proc: canned, argv: fixed(limitSWC), check: checkLimitReply},
+					{name: sysCannedTwo, proc: canned, argv: fixed(limitTwo), check: checkLimitReply},
+				}
+			}
+		}
 		sr := &scenarioResult{Scenario: sc}
+		if sc.Ceiling {
+			sr.Notes = append(sr.Notes, "The canned server answers every call the same, whatever its arguments: "+strings.Join(cannedShown, "; "))
+		}
 		res.Scenarios = append(res.Scenarios, sr)
 		if err := runScenario(ctx, e, sc, systems, loaded, sr); err != nil {
 			return res, finish(res), fmt.Errorf("scenario %s: %w", sc.Name, err)

@@ -159,6 +159,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == cannedArg {
+		os.Exit(cannedMain(os.Args[2:]))
+	}
 	os.Exit(run())
 }
 

@@ -43,6 +43,7 @@ func report(r *compareResult) string {
 	}
 	b.WriteString(targets(r))
 	b.WriteString(issue16(r))
+	b.WriteString(issue19(r))
 	return b.String()
 }
 
@@ -106,6 +107,20 @@ func scenarioTable(r *compareResult, sc *scenarioResult) string {
 		if c, err := r.find(s.Name, sysCellPing); err == nil {
 			if p, err := r.find(s.Name, sysPing); err == nil {
 				notes = append(notes, fmt.Sprintf("cellserver PING / redis-server PING: rps %s", ratio(c.RPS, p.RPS)))
+			}
+		}
+	} else if s.Ceiling {
+		pairs := [][3]string{
+			{sysCannedThrottle, sysPing, "canned CL.THROTTLE / redis-server PING (the most any server's CL.THROTTLE can show against that PING here)"},
+			{sysCell, sysPing, "cellserver CL.THROTTLE / redis-server PING"},
+			{sysCell, sysCannedThrottle, "cellserver CL.THROTTLE / canned CL.THROTTLE"},
+			{sysCannedFW, sysCannedThrottle, "canned CL.LIMIT FW / canned CL.THROTTLE (the most limit-fw-p16 can show here)"},
+			{sysCannedSWC, sysCannedThrottle, "canned CL.LIMIT SWC / canned CL.THROTTLE (the most limit-swc-p16 can show here)"},
+			{sysCannedTwo, sysCannedThrottle, "canned CL.LIMIT two FW / canned CL.THROTTLE (the most limit2-p16 can show here)"},
+		}
+		for _, p := range pairs {
+			if rs := pairRatios(sc, p[0], p[1], rps); len(rs) > 0 {
+				notes = append(notes, fmt.Sprintf("%s, rps round by round: %s (median %.2fx)", p[2], fmtRatios(rs), median(rs)))
 			}
 		}
 	} else if s.Flat {
@@ -359,10 +374,11 @@ func issue16(r *compareResult) string {
 	for _, t := range []struct {
 		name, what string
 		min        float64
+		canned     string
 	}{
-		{"limit-fw-p16", "depth 16: CL.LIMIT one FW limit / CL.THROTTLE rps", 0.9},
-		{"limit-swc-p16", "depth 16: CL.LIMIT one SWC limit / CL.THROTTLE rps", 0.9},
-		{"limit2-p16", "depth 16: CL.LIMIT two FW limits on two shards / CL.THROTTLE rps", 0.5},
+		{"limit-fw-p16", "depth 16: CL.LIMIT one FW limit / CL.THROTTLE rps", 0.9, sysCannedFW},
+		{"limit-swc-p16", "depth 16: CL.LIMIT one SWC limit / CL.THROTTLE rps", 0.9, sysCannedSWC},
+		{"limit2-p16", "depth 16: CL.LIMIT two FW limits on two shards / CL.THROTTLE rps", 0.5, sysCannedTwo},
 	} {
 		sc := r.scenario(t.name)
 		if sc == nil {
@@ -376,8 +392,14 @@ func issue16(r *compareResult) string {
 			continue
 		}
 		m := median(rs)
-		rows = append(rows, row{t.what, fmt.Sprintf("%s / %s rps: %.2fx (rounds %s); CPU/op %.2f / %.2f µs", kilo(l.RPS), kilo(c.RPS), m, fmtRatios(rs),
-			l.CPUPerOp, c.CPUPerOp), fmt.Sprintf("≥ %.1fx", t.min), verdict(m >= t.min)})
+		got := fmt.Sprintf("%s / %s rps: %.2fx (rounds %s); CPU/op %.2f / %.2f µs", kilo(l.RPS), kilo(c.RPS), m, fmtRatios(rs),
+			l.CPUPerOp, c.CPUPerOp)
+		if cs := r.scenario("ceiling-p16"); cs != nil {
+			if cr := pairRatios(cs, t.canned, sysCannedThrottle, rps); len(cr) > 0 {
+				got += fmt.Sprintf("; the load generator's ceiling for this ratio (ceiling-p16, a server doing nothing): %.2fx", median(cr))
+			}
+		}
+		rows = append(rows, row{t.what, got, fmt.Sprintf("≥ %.1fx", t.min), verdict(m >= t.min)})
 	}
 	if r.Memory != nil {
 		for _, x := range r.Memory.Rows {
@@ -417,4 +439,72 @@ func (r *compareResult) scenario(name string) *scenarioResult {
 		}
 	}
 	return nil
+}
+
+// issue19 checks the figures issue #19's acceptance asks of one run:
+// unpipelined CL.THROTTLE against redis-server answering PING (rate and
+// server CPU per request, from ceiling-p1 where they alternate in the same
+// rounds, else from rand100k-p1 and ping-p1), with the load generator's
+// ceiling, and the pipelined rows against the release before.
+func issue19(r *compareResult) string {
+	type row struct{ what, got, target, met string }
+	var rows []row
+	verdict := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "no"
+	}
+	if sc := r.scenario("ceiling-p1"); sc != nil {
+		c, err1 := r.find("ceiling-p1", sysCell)
+		p, err2 := r.find("ceiling-p1", sysPing)
+		if err1 == nil && err2 == nil {
+			if rs := pairRatios(sc, sysCell, sysPing, rps); len(rs) > 0 {
+				m := median(rs)
+				got := fmt.Sprintf("%s / %s rps: %.2fx (rounds %s)", kilo(c.RPS), kilo(p.RPS), m, fmtRatios(rs))
+				if cr := pairRatios(sc, sysCannedThrottle, sysPing, rps); len(cr) > 0 {
+					got += fmt.Sprintf("; the load generator's ceiling (a server doing nothing, answering CL.THROTTLE's reply): %.2fx", median(cr))
+				}
+				rows = append(rows, row{"depth 1: CL.THROTTLE (50 clients, 100k keys) rps / redis-server PING rps (ceiling-p1)", got, "≥ 1.0x", verdict(m >= 1)})
+			}
+			if rs := pairRatios(sc, sysCell, sysPing, cpuPerOp); len(rs) > 0 {
+				m := median(rs)
+				rows = append(rows, row{"depth 1: CL.THROTTLE server CPU per request / redis-server PING's (ceiling-p1)",
+					fmt.Sprintf("%.2f / %.2f µs: %.2fx (rounds %s)", c.CPUPerOp, p.CPUPerOp, m, fmtRatios(rs)), "≤ 1.0x", verdict(m <= 1)})
+			}
+		}
+	} else if c, err := r.find("rand100k-p1", sysCell); err == nil {
+		if p, err := r.find("ping-p1", sysPing); err == nil {
+			rows = append(rows, row{"depth 1: CL.THROTTLE rps (rand100k-p1) / redis-server PING rps (ping-p1, minutes apart)",
+				fmt.Sprintf("%s / %s rps: %s", kilo(c.RPS), kilo(p.RPS), ratio(c.RPS, p.RPS)), "≥ 1.0x", verdict(c.RPS >= p.RPS)})
+			rows = append(rows, row{"depth 1: CL.THROTTLE server CPU per request / redis-server PING's (minutes apart)",
+				fmt.Sprintf("%.2f / %.2f µs: %s", c.CPUPerOp, p.CPUPerOp, ratio(c.CPUPerOp, p.CPUPerOp)), "≤ 1.0x", verdict(c.CPUPerOp <= p.CPUPerOp)})
+		}
+	}
+	if r.Baseline != "" {
+		for _, sc := range r.Scenarios {
+			name := sc.Scenario.Name
+			if name != "rand100k-p1" && name != "rand100k-p16" && !(strings.HasPrefix(name, "live") && name != "live100k-p16") {
+				continue
+			}
+			rs := pairRatios(sc, sysCell, r.Baseline, rps)
+			cs := pairRatios(sc, sysCell, r.Baseline, cpuPerOp)
+			if len(rs) == 0 || len(cs) == 0 {
+				continue
+			}
+			rows = append(rows, row{fmt.Sprintf("%s: this tree / %s, rps and CPU per op", name, r.Baseline),
+				fmt.Sprintf("%.2fx (rounds %s); %.2fx (rounds %s)", median(rs), fmtRatios(rs), median(cs), fmtRatios(cs)),
+				"no worse", verdict(median(rs) >= 0.95 && median(cs) <= 1.05)})
+		}
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Issue #19 acceptance\n\n| figure | measured | target | met |\n|---|---|---|---|\n")
+	for _, x := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", x.what, x.got, x.target, x.met)
+	}
+	b.WriteString("\nRatios are medians of round-by-round ratios; \"no worse\" is read as within 5%.\n")
+	return b.String()
 }

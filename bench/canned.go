@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// Canned is a RESP server that answers every command with a reply fixed in
+// advance for the command's name, and does nothing else: no parsing of
+// arguments, no state, no persistence. Against it, redis-benchmark shows
+// what the load generator and the wire alone allow on the machine, reply
+// shape by reply shape: the ceiling of a ratio such as CL.LIMIT's rate over
+// CL.THROTTLE's, which no server can beat with the same load generator on
+// the same cores. It runs on gnet with one event loop, as cellserver's
+// wire does, so its I/O costs what cellserver's does.
+type Canned struct {
+	gnet.BuiltinEventEngine
+	replies map[string][]byte // by lower-case command name
+	out     []byte            // the replies of one read (one event loop)
+	booted  chan gnet.Engine
+}
+
+// NewCanned returns a server answering each command named in replies with
+// its bytes, PING with +PONG unless given, and any other command with an
+// error. A name may be followed by a space and a key prefix up to its first
+// colon ("cl.limit fw:"): that reply is for the command's calls whose first
+// argument starts so, and takes precedence over the plain name's.
+func NewCanned(replies map[string][]byte) *Canned {
+	r := map[string][]byte{"ping": []byte("+PONG\r\n")}
+	for k, v := range replies {
+		r[strings.ToLower(k)] = v
+	}
+	return &Canned{replies: r, booted: make(chan gnet.Engine, 1)}
+}
+
+// OnBoot hands the engine to ServeCanned, which stops it.
+func (s *Canned) OnBoot(eng gnet.Engine) gnet.Action {
+	s.booted <- eng
+	return gnet.None
+}
+
+var errUnknownCanned = []byte("-ERR unknown command\r\n")
+
+// OnTraffic answers every whole command received, in one write.
+func (s *Canned) OnTraffic(c gnet.Conn) gnet.Action {
+	in, _ := c.Peek(-1)
+	out := s.out[:0]
+	used := 0
+	var name [64]byte
+	for used < len(in) {
+		cmd, key, n, err := firstArgs(in[used:])
+		if err != nil {
+			return gnet.Close
+		}
+		if n == 0 {
+			break // incomplete: the rest comes with the next read
+		}
+		used += n
+		nm := append(name[:0], cmd...)
+		r, ok := []byte(nil), false
+		if i := bytes.IndexByte(key, ':'); i >= 0 && len(cmd)+i+2 <= len(name) {
+			r, ok = s.replies[string(bytes.ToLower(append(append(nm, ' '), key[:i+1]...)))]
+		}
+		if !ok {
+			if r, ok = s.replies[string(bytes.ToLower(nm))]; !ok {
+				r = errUnknownCanned
+			}
+		}
+		out = append(out, r...)
+	}
+	if used > 0 { // gnet's Discard(0) discards everything
+		_, _ = c.Discard(used)
+	}
+	if len(out) > 0 {
+		_, _ = c.Write(out)
+	}
+	s.out = out
+	return gnet.None
+}
+
+// firstArgs reads one RESP array of bulk strings at the start of b and
+// returns its first two elements (the second nil if there is none) and the
+// bytes the array takes; n is 0 when the array is not whole yet.
+func firstArgs(b []byte) (first, second []byte, n int, err error) {
+	count, at, ok := lenLine(b, 0, '*')
+	if !ok {
+		return nil, nil, 0, nil
+	}
+	if count < 1 || count > 1024 {
+		return nil, nil, 0, errors.New("canned: bad array length")
+	}
+	for i := 0; i < count; i++ {
+		size, next, ok := lenLine(b, at, '$')
+		if !ok {
+			return nil, nil, 0, nil
+		}
+		if size < 0 || size > 1<<20 {
+			return nil, nil, 0, errors.New("canned: bad bulk length")
+		}
+		if next+size+2 > len(b) {
+			return nil, nil, 0, nil
+		}
+		switch i {
+		case 0:
+			first = b[next : next+size]
+		case 1:
+			second = b[next : next+size]
+		}
+		at = next + size + 2
+	}
+	return first, second, at, nil
+}
+
+// lenLine reads "<kind><integer>\r\n" at b[at:], returning the integer and
+// where the line ends; ok is false when the line is not whole yet. A line of
+// another kind gives -1.
+func lenLine(b []byte, at int, kind byte) (v, end int, ok bool) {
+	i := bytes.IndexByte(b[at:], '\n')
+	if i < 0 {
+		return 0, 0, false
+	}
+	line := b[at : at+i+1]
+	if len(line) < 3 || line[0] != kind || line[len(line)-2] != '\r' {
+		return -1, at + i + 1, true
+	}
+	v, err := strconv.Atoi(string(line[1 : len(line)-2]))
+	if err != nil {
+		return -1, at + i + 1, true
+	}
+	return v, at + i + 1, true
+}
+
+// ServeCanned serves s on addr (loopback only) until ctx ends.
+func ServeCanned(ctx context.Context, addr string, s *Canned) error {
+	if err := CheckLoopback(addr); err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- gnet.Run(s, "tcp://"+addr, gnet.WithNumEventLoop(1), gnet.WithTCPNoDelay(gnet.TCPNoDelay))
+	}()
+	var eng gnet.Engine
+	select {
+	case err := <-errc:
+		return fmt.Errorf("canned server: %w", err)
+	case eng = <-s.booted:
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("canned server: %w", err)
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return eng.Stop(sctx)
+	}
+}
+
+// AppendRESP appends v encoded as RESP2 to b: the bytes a server sent for
+// it (simple strings, errors, integers, bulk strings and arrays).
+func (v Value) AppendRESP(b []byte) []byte {
+	switch v.Kind {
+	case '+', '-':
+		b = append(b, v.Kind)
+		b = append(b, v.Str...)
+	case ':':
+		b = append(b, ':')
+		b = strconv.AppendInt(b, v.Int, 10)
+	case '$':
+		if v.Null {
+			return append(b, "$-1\r\n"...)
+		}
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(v.Str)), 10)
+		b = append(b, "\r\n"...)
+		b = append(b, v.Str...)
+	case '*':
+		if v.Null {
+			return append(b, "*-1\r\n"...)
+		}
+		b = append(b, '*')
+		b = strconv.AppendInt(b, int64(len(v.Array)), 10)
+		b = append(b, "\r\n"...)
+		for _, e := range v.Array {
+			b = e.AppendRESP(b)
+		}
+		return b
+	}
+	return append(b, "\r\n"...)
+}
