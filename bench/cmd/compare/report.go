@@ -342,14 +342,7 @@ func fmtRatios(xs []float64) string {
 // CL.THROTTLE, and the RSS per key of each kind at 10M keys. Each ratio is
 // the median of round-by-round ratios (runs seconds apart).
 func issue16(r *compareResult) string {
-	type row struct{ what, got, target, met string }
 	var rows []row
-	verdict := func(ok bool) string {
-		if ok {
-			return "yes"
-		}
-		return "no"
-	}
 	if r.Baseline != "" {
 		for _, name := range []string{"rand100k-p1", "rand100k-p16"} {
 			sc := r.scenario(name)
@@ -419,16 +412,7 @@ func issue16(r *compareResult) string {
 			rows = append(rows, row{what, got, target, met})
 		}
 	}
-	if len(rows) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString("\n## Issue #16 acceptance\n\n| figure | measured | target | met |\n|---|---|---|---|\n")
-	for _, x := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", x.what, x.got, x.target, x.met)
-	}
-	b.WriteString("\nRatios are medians of round-by-round ratios; \"within 5%\" is read as no more than 5% slower or costlier (faster passes).\n")
-	return b.String()
+	return acceptance("Issue #16", rows, `"within 5%" is read as no more than 5% slower or costlier (faster passes).`)
 }
 
 // scenario returns the result of the scenario called name, or nil.
@@ -447,14 +431,7 @@ func (r *compareResult) scenario(name string) *scenarioResult {
 // rounds, else from rand100k-p1 and ping-p1), with the load generator's
 // ceiling, and the pipelined rows against the release before.
 func issue19(r *compareResult) string {
-	type row struct{ what, got, target, met string }
 	var rows []row
-	verdict := func(ok bool) string {
-		if ok {
-			return "yes"
-		}
-		return "no"
-	}
 	if sc := r.scenario("ceiling-p1"); sc != nil {
 		c, err1 := r.find("ceiling-p1", sysCell)
 		p, err2 := r.find("ceiling-p1", sysPing)
@@ -497,14 +474,29 @@ func issue19(r *compareResult) string {
 				"no worse", verdict(median(rs) >= 0.95 && median(cs) <= 1.05)})
 		}
 	}
+	return acceptance("Issue #19", rows, `"no worse" is read as within 5%.`)
+}
+
+// row is one figure of an issue's acceptance table.
+type row struct{ what, got, target, met string }
+
+func verdict(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+// acceptance renders an issue's acceptance table ("" without rows).
+func acceptance(issue string, rows []row, reading string) string {
 	if len(rows) == 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("\n## Issue #19 acceptance\n\n| figure | measured | target | met |\n|---|---|---|---|\n")
+	b.WriteString("\n## " + issue + " acceptance\n\n| figure | measured | target | met |\n|---|---|---|---|\n")
 	for _, x := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", x.what, x.got, x.target, x.met)
 	}
-	b.WriteString("\nRatios are medians of round-by-round ratios; \"no worse\" is read as within 5%.\n")
+	b.WriteString("\nRatios are medians of round-by-round ratios; " + reading + "\n")
 	return b.String()
 }

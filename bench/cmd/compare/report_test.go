@@ -97,8 +97,35 @@ func TestIssue16Ratios(t *testing.T) {
 		{Scenario: scenario{Name: "limit2-p16", Pipeline: 16, Limit: []string{"CL.LIMIT"}}, Systems: []*systemResult{
 			sys(sysCellThrottle, 100), {System: sysCellLimit, Skipped: "ERR unknown command 'CL.LIMIT'"}}},
 	}}
+	r.Scenarios = append(r.Scenarios, &scenarioResult{Scenario: scenario{Name: "ceiling-p16", Pipeline: 16, Ceiling: true},
+		Systems: []*systemResult{sys(sysCannedThrottle, 100, 100, 100), sys(sysCannedFW, 90, 85, 88)}})
 	out := issue16(r)
 	require.Contains(t, out, "300 / 300 rps: 0.97x (rounds 0.97x, 0.95x, 1.33x) | ≥ 0.95x | yes |")
 	require.Contains(t, out, "0.91x (rounds 0.95x, 0.80x, 0.91x)")
+	require.Contains(t, out, "the load generator's ceiling for this ratio (ceiling-p16, a server doing nothing): 0.88x | ≥ 0.9x | yes |")
 	require.Contains(t, out, "two shards / CL.THROTTLE rps | not measured |")
+}
+
+// TestIssue19Rows: the depth-1 rows come from ceiling-p1, where redis-server's
+// PING and cellserver's CL.THROTTLE alternate, round by round, with the
+// canned server's ratio as the ceiling.
+func TestIssue19Rows(t *testing.T) {
+	sys := func(name string, rps, cpu []float64) *systemResult {
+		s := &systemResult{System: name}
+		for k := range rps {
+			s.Runs = append(s.Runs, runResult{Round: k + 1, RPS: rps[k], CPUPerOp: cpu[k]})
+		}
+		s.Median = summarize(s.Runs)
+		return s
+	}
+	r := &compareResult{Scenarios: []*scenarioResult{{Scenario: scenario{Name: "ceiling-p1", Pipeline: 1, Ceiling: true},
+		Systems: []*systemResult{
+			sys(sysPing, []float64{100, 100}, []float64{10, 10}),
+			sys(sysCannedThrottle, []float64{102, 104}, []float64{11, 11}),
+			sys(sysCell, []float64{99, 97}, []float64{13, 12}),
+		}}}}
+	out := issue19(r)
+	require.Contains(t, out, "rps: 0.98x (rounds 0.99x, 0.97x); the load generator's ceiling (a server doing nothing, answering CL.THROTTLE's reply): 1.03x | ≥ 1.0x | no |")
+	require.Contains(t, out, "12.50 / 10.00 µs: 1.25x (rounds 1.30x, 1.20x) | ≤ 1.0x | no |")
+	require.Equal(t, "", issue19(&compareResult{}))
 }
