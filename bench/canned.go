@@ -63,13 +63,16 @@ func (s *Canned) OnTraffic(c gnet.Conn) gnet.Action {
 			break // incomplete: the rest comes with the next read
 		}
 		used += n
-		nm := append(name[:0], cmd...)
+		// The lookups' keys are built lower-case in name, on the stack: a
+		// map index by string(bytes) allocates nothing, as a server doing
+		// nothing must not.
+		nm := asciiLower(append(name[:0], cmd...))
 		r, ok := []byte(nil), false
-		if i := bytes.IndexByte(key, ':'); i >= 0 && len(cmd)+i+2 <= len(name) {
-			r, ok = s.replies[string(bytes.ToLower(append(append(nm, ' '), key[:i+1]...)))]
+		if i := bytes.IndexByte(key, ':'); i >= 0 {
+			r, ok = s.replies[string(asciiLower(append(append(nm, ' '), key[:i+1]...)))]
 		}
 		if !ok {
-			if r, ok = s.replies[string(bytes.ToLower(nm))]; !ok {
+			if r, ok = s.replies[string(nm)]; !ok {
 				r = errUnknownCanned
 			}
 		}
@@ -83,6 +86,16 @@ func (s *Canned) OnTraffic(c gnet.Conn) gnet.Action {
 	}
 	s.out = out
 	return gnet.None
+}
+
+// asciiLower lower-cases b's ASCII letters in place.
+func asciiLower(b []byte) []byte {
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return b
 }
 
 // firstArgs reads one RESP array of bulk strings at the start of b and

@@ -126,6 +126,12 @@ func scenarios(c config) []scenario {
 	}
 }
 
+// fixed is an argv for a system that sends argv whatever the scenario's
+// key and parameters.
+func fixed(argv []string) func(string, []string) []string {
+	return func(string, []string) []string { return argv }
+}
+
 func short(n int) string {
 	switch {
 	case n%1_000_000 == 0:
@@ -284,7 +290,7 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 			systems = pings
 		}
 		if sc.Limit != nil {
-			limit := func(string, []string) []string { return sc.Limit }
+			limit := fixed(sc.Limit)
 			systems = []system{
 				{name: sysCellThrottle, proc: cs, argv: throttle},
 				{name: sysCellLimit, proc: cs, argv: limit, check: checkLimitReply},
@@ -319,9 +325,6 @@ func runCompare(ctx context.Context, e *env) (*compareResult, string, error) {
 					return res, finish(res), fmt.Errorf("scenario %s: %w", sc.Name, err)
 				}
 				defer canned.Stop()
-			}
-			fixed := func(argv []string) func(string, []string) []string {
-				return func(string, []string) []string { return argv }
 			}
 			if sc.Pipeline == 1 {
 				systems = []system{
