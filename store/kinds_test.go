@@ -181,3 +181,44 @@ func TestStateChurnCompactsArena(t *testing.T) {
 	}
 	assert.Less(t, st.Stats().TableBytes, int64(16<<20), "the arena was compacted")
 }
+
+// TestEmptyKeyPersists: Redis allows the empty key, so every record kind
+// (a TAT, a limit state, a delete) must be written and read back with it:
+// a record the loader refused would leave a data dir that cannot start.
+func TestEmptyKeyPersists(t *testing.T) {
+	for _, policy := range []Fsync{FsyncAlways, FsyncEverySec} {
+		t.Run(policy.String(), func(t *testing.T) {
+			clk := wallClock()
+			nowMs := floorMs(clk.Now())
+			fw := kindStates(t, nowMs)["fw"]
+
+			gcraDir, stateDir := t.TempDir(), t.TempDir()
+			st := openPersistent(t, gcraDir, policy, clk, nil)
+			run(st, throttleOp("", 10, 1, 3600, 1))
+			run(st, &DelReq{Key: []byte("")})
+			run(st, throttleOp("", 10, 1, 3600, 3))
+			tat, ok, pttl := state(st, "")
+			require.True(t, ok)
+			require.NoError(t, st.Close())
+
+			st = openPersistent(t, stateDir, policy, clk, nil)
+			imp := &ImportReq{Key: []byte(""), State: fw.state, Expires: fw.exp}
+			runReq(st, []string{""}, imp)
+			require.NoError(t, imp.Err)
+			require.NoError(t, st.Close())
+
+			for range 2 { // and again after the first reload's rewrite
+				st = openPersistent(t, gcraDir, policy, clk, nil)
+				tat2, ok2, pttl2 := state(st, "")
+				assert.Equal(t, [3]int64{int64(tat), 1, pttl}, [3]int64{int64(tat2), b2i(ok2), pttl2})
+				require.NoError(t, st.Close())
+
+				st = openPersistent(t, stateDir, policy, clk, nil)
+				typ, get := &TypeReq{Key: []byte("")}, &GetReq{Key: []byte("")}
+				run(st, typ, get)
+				assert.Equal(t, limit.KindOf(fw.state), typ.Kind)
+				require.NoError(t, st.Close())
+			}
+		})
+	}
+}

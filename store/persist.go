@@ -174,7 +174,7 @@ func (r *recReader) next() bool {
 	if len(r.b) == 0 || r.bad {
 		return false
 	}
-	if len(r.b) < 5 {
+	if len(r.b) < 4 { // the shortest entry: a delete of the empty key
 		r.bad = true
 		return false
 	}
@@ -189,6 +189,10 @@ func (r *recReader) next() bool {
 		r.b = r.b[9:]
 		return true
 	case recDrop:
+		if len(r.b) < 5 {
+			r.bad = true
+			return false
+		}
 		r.hi = int(r.b[3])<<8 | int(r.b[4])
 		r.b = r.b[5:]
 		r.bad = r.slot > r.hi || r.hi > cluster.SlotCount
@@ -200,7 +204,7 @@ func (r *recReader) next() bool {
 		if r.kind == recSet {
 			need += valueLen
 		}
-		if w <= 0 || n == 0 || uint64(len(rest)) < need || r.slot >= cluster.SlotCount {
+		if w <= 0 || uint64(len(rest)) < need || r.slot >= cluster.SlotCount {
 			r.bad = true
 			return false
 		}
@@ -213,7 +217,7 @@ func (r *recReader) next() bool {
 		return true
 	case recState:
 		n, w := binary.Uvarint(r.b[3:])
-		if w <= 0 || n == 0 || uint64(len(r.b)-3-w) < n || r.slot >= cluster.SlotCount {
+		if w <= 0 || uint64(len(r.b)-3-w) < n || r.slot >= cluster.SlotCount {
 			r.bad = true
 			return false
 		}
