@@ -4,7 +4,8 @@ package store
 // semantics (stringmatchlen in Redis's util.c): '*', '?', '[...]' with ranges
 // and '^' negation, and '\' escapes. nocase folds ASCII case.
 func Match(pattern, str []byte, nocase bool) bool {
-	return matchLen(pattern, str, nocase, 0)
+	var skipLonger bool
+	return matchLen(pattern, str, nocase, &skipLonger, 0)
 }
 
 func lower(b byte, nocase bool) byte {
@@ -14,7 +15,12 @@ func lower(b byte, nocase bool) byte {
 	return b
 }
 
-func matchLen(p, s []byte, nocase bool, nesting int) bool {
+// matchLen is Redis's stringmatchlen_impl, with its cut for patterns of
+// many stars (CVE-2022-36021): once the rest of the pattern after a '*'
+// matched nowhere in the rest of the string, no earlier '*' can help by
+// matching more, so skipLonger ends the search. Without it '*a*a*a...b'
+// takes exponential time.
+func matchLen(p, s []byte, nocase bool, skipLonger *bool, nesting int) bool {
 	// Like Redis, stop runaway recursion on pathological patterns.
 	if nesting > 1000 {
 		return false
@@ -29,11 +35,15 @@ func matchLen(p, s []byte, nocase bool, nesting int) bool {
 				return true
 			}
 			for len(s) > 0 {
-				if matchLen(p[1:], s, nocase, nesting+1) {
+				if matchLen(p[1:], s, nocase, skipLonger, nesting+1) {
 					return true
+				}
+				if *skipLonger {
+					return false
 				}
 				s = s[1:]
 			}
+			*skipLonger = true
 			return false
 		case '?':
 			s = s[1:]
