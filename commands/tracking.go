@@ -401,6 +401,11 @@ func clientTracking(c *Client, w *Out, args [][]byte) {
 	}
 	var all []string
 	if bcast {
+		// Counted first: the overlap check below compares every pair.
+		if len(old)+max(len(prefixes), 1) > maxTrackPrefixes {
+			w.WriteError("ERR too many tracking prefixes for one client (at most " + strconv.Itoa(maxTrackPrefixes) + ")")
+			return
+		}
 		if e := prefixCollision(prefixes, old); e != "" {
 			w.WriteError(e)
 			return
@@ -411,10 +416,6 @@ func clientTracking(c *Client, w *Out, args [][]byte) {
 		all = append(all, old...)
 		for _, p := range prefixes {
 			all = append(all, string(p))
-		}
-		if len(all) > maxTrackPrefixes {
-			w.WriteError("ERR too many tracking prefixes for one client (at most " + strconv.Itoa(maxTrackPrefixes) + ")")
-			return
 		}
 		sort.Strings(all)
 		if !c.srv.bcast.fits(all) {
@@ -439,18 +440,18 @@ func clientTracking(c *Client, w *Out, args [][]byte) {
 // may be a prefix of, or have as a prefix, one the client has or another
 // new one.
 func prefixCollision(prefixes [][]byte, existing []string) string {
-	overlap := func(a, b []byte) bool {
+	overlap := func(a []byte, b string) bool {
 		n := min(len(a), len(b))
-		return bytes.Equal(a[:n], b[:n])
+		return string(a[:n]) == b[:n]
 	}
 	for i, p := range prefixes {
 		for _, e := range existing {
-			if overlap(p, []byte(e)) {
+			if overlap(p, e) {
 				return "ERR Prefix '" + cstr(p) + "' overlaps with an existing prefix '" + cstr([]byte(e)) + "'. Prefixes for a single client must not overlap."
 			}
 		}
 		for _, q := range prefixes[i+1:] {
-			if overlap(p, q) {
+			if n := min(len(p), len(q)); bytes.Equal(p[:n], q[:n]) {
 				return "ERR Prefix '" + cstr(p) + "' overlaps with another provided prefix '" + cstr(q) + "'. Prefixes for a single client must not overlap."
 			}
 		}

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -362,4 +363,22 @@ func TestTrackingRedirectRESP2(t *testing.T) {
 	h.cmd("CL.THROTTLE", "a", "1", "1", "1")
 	assert.Empty(t, p.take())
 	assert.Equal(t, "$-1\r\n", run(sink, "GET", "nope"))
+}
+
+// TestTrackingPrefixCountFirst: too many prefixes are refused before the
+// overlap check, which compares every pair (200k prefixes held the server
+// for a minute when it ran first).
+func TestTrackingPrefixCountFirst(t *testing.T) {
+	h := newHarness(t, Config{})
+	args := []string{"CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a", "PREFIX", "ab"}
+	for i := range 200000 {
+		args = append(args, "PREFIX", fmt.Sprintf("p%07d", i))
+	}
+	assert.Equal(t, "-ERR too many tracking prefixes for one client (at most 1024)\r\n", h.cmd(args...))
+	args = []string{"CLIENT", "TRACKING", "ON", "BCAST"}
+	for i := range 1024 {
+		args = append(args, "PREFIX", fmt.Sprintf("p%07d", i))
+	}
+	assert.Equal(t, "+OK\r\n", h.cmd(args...))
+	assert.Equal(t, "-ERR too many tracking prefixes for one client (at most 1024)\r\n", h.cmd("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "q"))
 }
