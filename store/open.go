@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
@@ -173,6 +174,9 @@ func openDataDir(cfg *Config) (*dataDir, *pebble.DB, error) {
 		return nil, nil, fmt.Errorf("store: data dir %s is not empty and holds no cellserver data; refusing to use it (choose an empty or new directory)", d.dir)
 	}
 	if d.lock, err = pebble.LockDirectory(d.dir, fs); err != nil {
+		if errors.Is(err, syscall.EROFS) || errors.Is(err, os.ErrPermission) {
+			return nil, nil, fmt.Errorf("store: data dir %s cannot be written: %v", d.dir, err)
+		}
 		return nil, nil, fmt.Errorf("%w: %s (%v)", ErrDataDirInUse, d.dir, err)
 	}
 	d.space = newDiskSpace(fs, d.dir, cfg)

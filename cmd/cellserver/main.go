@@ -182,6 +182,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	default:
 		return c, fmt.Errorf("--stop-writes-on-persist-error must be yes or no, got %q", *stopWrites)
 	}
+	if c.DataDir == "" && !c.InMemory {
+		// An empty variable in a unit file must not turn durability off.
+		return c, fmt.Errorf("--data-dir must not be empty (--in-memory keeps state in memory only)")
+	}
 	switch *recoverCorrupt {
 	case "yes":
 		c.RecoverCorrupt = true

@@ -40,3 +40,11 @@ func TestParseFlagsRecoverCorrupt(t *testing.T) {
 	_, err = parseFlags([]string{"--recover-corrupt", "maybe"}, io.Discard)
 	require.EqualError(t, err, `--recover-corrupt must be yes or no, got "maybe"`)
 }
+
+func TestParseFlagsEmptyDataDir(t *testing.T) {
+	_, err := parseFlags([]string{"--data-dir", ""}, io.Discard)
+	require.EqualError(t, err, "--data-dir must not be empty (--in-memory keeps state in memory only)")
+	c, err := parseFlags([]string{"--data-dir", "", "--in-memory"}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, c.InMemory)
+}
