@@ -207,6 +207,11 @@ func (c *Client) SetHome(o *store.Owner) {
 // groups into one fsync.
 func (c *Client) AwaitSync(f func()) bool { return c.sess.AwaitSync(f) }
 
+// SyncLost reports, once, whether the changes the client's replies waited
+// for were given up at shutdown instead of synced: those replies must not
+// be sent (the connection is closed instead).
+func (c *Client) SyncLost() bool { return c.sess.SyncLost() }
+
 // WaitSync returns once the changes of every command the client ran are
 // synced.
 func (c *Client) WaitSync() { c.sess.WaitSync() }

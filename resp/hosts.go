@@ -143,6 +143,9 @@ func (s *Server) synced(gc gnet.Conn, c *conn) {
 			c.cl.Close()
 			return nil
 		}
+		if c.cl.SyncLost() {
+			return gc.Close() // not on disk: no acknowledgement
+		}
 		if s.replied(gc, c, nil) == gnet.Close {
 			return gc.Close()
 		}

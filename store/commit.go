@@ -29,8 +29,12 @@ type persister struct {
 	// Close asks, before the shards stop, which of them must rewrite their
 	// keys for their changes to reach the disk (see prepareClose).
 	closeAsk chan chan []int
-	closing  bool // committer only: Close asked; no more resyncs or drops
-	done     chan struct{}
+	// withholdAsk: the store is closing; waiters whose changes are not on
+	// disk are released as failed from now on (see withhold).
+	withholdAsk chan struct{}
+	withheld    bool // committer only
+	closing     bool // committer only: Close asked; no more resyncs or drops
+	done        chan struct{}
 
 	// INFO's disk_bytes, cached: Pebble's Metrics takes its DB mutex, which
 	// a failing flush holds while pebbleEvents pauses it, and INFO runs on
@@ -93,6 +97,13 @@ type persister struct {
 	backoff     time.Duration // the next failed write's wait (1 s doubling to maxBackoff)
 	retry       *time.Timer
 	armed       bool
+	unsynced    bool // a sync failed: what was committed is not durable until one succeeds
+
+	// Under FsyncAlways, the waiters of requests whose changes are not known
+	// to be on disk (a write or sync failed, or a rewrite is due), in order:
+	// their replies wait until a later sync succeeds with nothing left
+	// behind, so that nothing acknowledged can be lost.
+	parked []doner
 }
 
 // maxBackoff bounds the wait between attempts to write after Pebble failed
@@ -112,9 +123,12 @@ type commitReq struct {
 	count int64         // changes (entries) in b
 	recs  int64         // log records in b
 	wg    doner
-	sh    *shard
-	n     uint64 // shard's send sequence number of this request
-	snap  bool   // b holds the shard's whole state (a resync)
+	// noPark: wg is released after the attempt even if it failed (its
+	// waiter checks PersistErr itself, see SyncHeld).
+	noPark bool
+	sh     *shard
+	n      uint64 // shard's send sequence number of this request
+	snap   bool   // b holds the shard's whole state (a resync)
 	// sh finished its snapshot of round, begun at log sequence number start.
 	round, start uint64
 	// group, if set, are the parts of several shards committed as one
@@ -142,15 +156,16 @@ func (e errPebbleFatal) Error() string { return e.msg }
 
 func newPersister(db *pebble.DB, policy Fsync, log *slog.Logger) *persister {
 	p := &persister{
-		policy:   policy,
-		log:      log,
-		in:       make(chan commitReq, 4096),
-		quit:     make(chan struct{}),
-		closeAsk: make(chan chan []int),
-		done:     make(chan struct{}),
-		snapMin:  snapMinBytes,
-		needSnap: map[*shard]bool{},
-		backoff:  time.Second,
+		policy:      policy,
+		log:         log,
+		in:          make(chan commitReq, 4096),
+		quit:        make(chan struct{}),
+		closeAsk:    make(chan chan []int),
+		withholdAsk: make(chan struct{}),
+		done:        make(chan struct{}),
+		snapMin:     snapMinBytes,
+		needSnap:    map[*shard]bool{},
+		backoff:     time.Second,
 	}
 	p.dbp.Store(db)
 	p.lastFsync.Store(time.Now().UnixNano())
@@ -270,6 +285,13 @@ func (p *persister) loop() {
 		case reply := <-p.closeAsk:
 			reply <- p.prepareClose()
 			continue
+		case <-p.withholdAsk:
+			p.withheld = true
+			if n := len(p.parked); n > 0 && !p.durable() {
+				p.log.Error("persistence: closing while writes fail: replies withheld, their changes are not on disk", "waiters", n)
+			}
+			p.releaseWaiters(nil, p.durable())
+			continue
 		case <-p.quit:
 			quitting = true
 			for {
@@ -302,17 +324,18 @@ func (p *persister) loop() {
 		}
 		p.capFailed()
 		p.roundStep(committed, quitting)
+		synced := true
 		if committed && !p.broken && (p.policy != FsyncNo || quitting) {
-			p.sync()
+			synced = p.sync()
 		}
-		if committed && len(p.failed) == 0 && !p.broken {
+		if committed && synced && len(p.failed) == 0 && !p.broken {
 			p.ok()
 		}
 		if !p.broken && !p.failing && !p.closing && len(p.needSnap) > 0 && !p.resyncAsked {
 			p.resyncAsked = true
 			go p.resync()
 		}
-		p.releaseWaiters(reqs)
+		p.releaseWaiters(reqs, p.durable())
 		clear(reqs)
 		if quitting {
 			p.giveUp()
@@ -634,41 +657,91 @@ func (p *persister) roundStep(committed, quitting bool) {
 	}
 }
 
-// sync syncs what was committed and lets the mark writer know.
-func (p *persister) sync() {
+// sync syncs what was committed and lets the mark writer know; it reports
+// whether the sync succeeded.
+func (p *persister) sync() bool {
 	db := p.db()
 	if err := guard(func() error { return db.LogData(nil, pebble.Sync) }); err != nil {
 		p.fail(err)
+		p.unsynced = true
 		var fatal errPebbleFatal
 		if errors.As(err, &fatal) {
 			p.breakDB(db, fatal)
 		}
-		return
+		return false
 	}
+	p.unsynced = false
 	p.lastFsync.Store(time.Now().UnixNano())
 	p.synced.Store(p.recs)
 	select {
 	case p.markPoke <- struct{}{}:
 	default:
 	}
+	return true
 }
 
-// releaseWaiters releases the requests' waiters (FsyncAlways). On a write
-// error they are released too: the server keeps answering from memory and
-// reports the error.
-func (p *persister) releaseWaiters(reqs []commitReq) {
+// releaseWaiters frees the requests' room in the queue (a shard paces its
+// background chunks on it, so a rewrite after a failure can always finish)
+// and, if durable, releases their waiters (FsyncAlways), after those
+// parked before. Otherwise their waiters are parked: a reply under
+// FsyncAlways says its changes are on disk, and after a failed write or
+// sync they are not, so it waits until they are. The server goes on
+// deciding from memory meanwhile (with --stop-writes-on-persist-error,
+// later writes are refused at once with MISCONF instead).
+func (p *persister) releaseWaiters(reqs []commitReq, durable bool) {
+	if (durable || p.withheld) && len(p.parked) > 0 {
+		for _, wg := range p.parked {
+			if !durable {
+				failed(wg)
+			}
+			wg.Done()
+		}
+		clear(p.parked)
+		p.parked = p.parked[:0]
+	}
 	for _, r := range reqs {
 		if len(r.group) > 0 {
-			p.releaseWaiters(r.group)
+			p.releaseWaiters(r.group, durable)
 		}
 		if r.sh != nil {
 			r.sh.synced.Store(r.n)
 			r.sh.o.roomFreed()
 		}
-		if r.wg != nil {
+		switch {
+		case r.wg == nil:
+		case durable || r.noPark || p.policy != FsyncAlways:
 			r.wg.Done()
+		case p.withheld:
+			failed(r.wg)
+			r.wg.Done()
+		default:
+			p.parked = append(p.parked, r.wg)
 		}
 	}
+}
+
+// failed tells a waiter, if it can be told, that its changes are not on
+// disk (see failer).
+func failed(wg doner) {
+	if f, ok := wg.(failer); ok {
+		f.fail()
+	}
+}
+
+// withhold is Close's first step: sessions whose replies wait for a disk
+// that fails give up, their requests failed (ErrClosed) rather than
+// acknowledged, so that Close does not wait for the disk forever.
+func (p *persister) withhold() {
+	select {
+	case p.withholdAsk <- struct{}{}:
+	case <-p.done:
+	}
+}
+
+// durable reports whether every change committed so far is synced, with
+// none waiting for a retry or a rewrite.
+func (p *persister) durable() bool {
+	return !p.broken && !p.holding && !p.unsynced && len(p.failed) == 0 && len(p.needSnap) == 0
 }
 
 // rearm schedules the next attempt while writes fail.

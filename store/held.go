@@ -3,6 +3,7 @@ package store
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // HeldRequest is a request whose keys may live on several shards and that
@@ -53,7 +54,7 @@ type hold struct {
 	parked  int     // owners parked (the home's is not)
 	dur     doner   // the session's syncWait when it defers syncs, else nil
 	remote  int     // shards of parked owners
-	wg      sync.WaitGroup
+	wg      waitGroup
 
 	// Under FsyncAlways a hold of several shards commits their changes as
 	// one Pebble batch, so that a crash keeps all of a cross-shard call or
@@ -64,7 +65,22 @@ type hold struct {
 	group  bool
 	parts  []commitReq
 	sent   chan struct{}
-	synced sync.WaitGroup
+	synced waitGroup
+}
+
+// waitGroup is a sync.WaitGroup that is also a failer.
+type waitGroup struct {
+	sync.WaitGroup
+	lost atomic.Bool
+}
+
+func (w *waitGroup) fail() { w.lost.Store(true) }
+
+// lost reports, once, whether the hold's changes were given up at Close
+// instead of synced (see failer).
+func (h *hold) lost() bool {
+	a, b := h.wg.lost.Swap(false), h.synced.lost.Swap(false)
+	return a || b
 }
 
 func newHold(shards int) *hold {
@@ -136,6 +152,11 @@ func (ss *Session) runHeld() {
 		runHeldOne(op, st, now)
 	}
 	ss.unpark()
+	if ss.hold.lost() {
+		for _, op := range ss.held {
+			op.status = ErrClosed // not on disk: no acknowledgement
+		}
+	}
 	ss.resetHeld()
 }
 

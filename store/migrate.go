@@ -343,7 +343,7 @@ func (ss *Session) SyncHeld() error {
 		sh.writeDirty()
 		r := sh.takeChanges()
 		wg.Add(1)
-		r.wg = &wg
+		r.wg, r.noPark = &wg, true
 		st.p.in <- r
 	}
 	wg.Wait()

@@ -414,6 +414,12 @@ func (o *Owner) count(mask []bool) int {
 // sync.WaitGroup, or a Session's signal.
 type doner interface{ Done() }
 
+// failer is a doner that can be told, before its Done, that the changes it
+// waited for did not reach the disk (a Close while writes fail under
+// FsyncAlways): its session then fails its requests instead of
+// acknowledging them.
+type failer interface{ fail() }
+
 // signal counts a session's outstanding batches as a WaitGroup does, but
 // its waiter can serve its own owner's inbox while it waits.
 type signal struct {
@@ -421,10 +427,13 @@ type signal struct {
 	c chan struct{} // one send when n reaches 0, unless cb is set
 	// cb, set by RunAsync before it sends its batches, is called instead
 	// by whoever counts the last batch.
-	cb func()
+	cb   func()
+	lost atomic.Bool // see failer
 }
 
 func (s *signal) add(n int) { s.n.Add(int32(n)) }
+
+func (s *signal) fail() { s.lost.Store(true) }
 
 // Done counts one batch finished.
 func (s *signal) Done() {

@@ -172,8 +172,9 @@ func TestDataDirRefusals(t *testing.T) {
 }
 
 // TestWriteErrorsServeFromMemoryAndRetry injects write errors with errorfs:
-// decisions keep being answered, the error is reported, and the queued
-// changes reach disk once writes work again.
+// the error is reported, the queued changes reach disk once writes work
+// again, and under FsyncAlways a call's reply waits until then (its change
+// is decided from memory at once).
 func TestWriteErrorsServeFromMemoryAndRetry(t *testing.T) {
 	mem := vfs.NewMem()
 	var failing atomic.Bool
@@ -187,18 +188,31 @@ func TestWriteErrorsServeFromMemoryAndRetry(t *testing.T) {
 	st := openPersistent(t, "db", FsyncAlways, clk, fs)
 	run(st, throttleOp("before", 5, 1, 60, 1))
 	failing.Store(true)
-	// Decisions keep coming from memory while the disk fails.
-	for i := 0; i < 7; i++ {
+	first := make(chan *ThrottleReq, 1)
+	go func() {
+		op := throttleOp("during", 5, 1, 60, 1)
+		run(st, op)
+		first <- op
+	}()
+	require.Eventually(t, func() bool { return st.PersistErr() != nil }, 5*time.Second, 10*time.Millisecond)
+	ps := st.PersistStats()
+	assert.False(t, ps.LastWriteOK)
+	assert.Contains(t, ps.LastWriteErr, "no space left")
+	select {
+	case <-first:
+		t.Fatal("a call was acknowledged while its change could not be written")
+	case <-time.After(time.Second):
+	}
+	failing.Store(false)
+	op := <-first
+	require.NoError(t, op.Err)
+	assert.False(t, op.Result.Limited)
+	for i := 1; i < 7; i++ {
 		op := throttleOp("during", 5, 1, 60, 1)
 		run(st, op)
 		require.NoError(t, op.Err)
 		assert.Equal(t, i >= 6, op.Result.Limited, "call %d", i)
 	}
-	require.Error(t, st.PersistErr())
-	ps := st.PersistStats()
-	assert.False(t, ps.LastWriteOK)
-	assert.Contains(t, ps.LastWriteErr, "no space left")
-	failing.Store(false)
 	require.Eventually(t, func() bool { return st.PersistErr() == nil }, 10*time.Second, 20*time.Millisecond)
 	require.NoError(t, st.Close())
 

@@ -29,8 +29,14 @@ func TestCloseBeforeResyncLosesNothingSilently(t *testing.T) {
 				require.NoError(t, err)
 				setAvail(1 << 20)
 				for i := 0; i < 300; i++ {
-					run(st, throttleOp(fmt.Sprint("k", i), 5, 1, 3600, 1))
+					op := throttleOp(fmt.Sprint("k", i), 5, 1, 3600, 1)
+					if policy == FsyncAlways {
+						go run(st, op) // decided at once, acknowledged once on disk
+					} else {
+						run(st, op)
+					}
 				}
+				require.Eventually(t, func() bool { return st.Stats().Keys == 300 }, 5*time.Second, 10*time.Millisecond)
 				st.persistAll()
 				require.Eventually(t, func() bool { return log.lines("dropped them") > 0 }, 5*time.Second, time.Millisecond)
 				if spaceBack {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,19 +65,35 @@ func TestFullDiskWaitsThenWritesOut(t *testing.T) {
 
 	commits := st.PersistStats().Commits
 	setAvail(3 << 20)
-	for i := 0; i < 100; i++ {
-		op := throttleOp(fmt.Sprint("full:", i), 5, 1, 3600, 1)
-		run(st, op)
-		require.NoError(t, op.Err)
-		require.Equal(t, int64(5), op.Result.Remaining)
+	// Under FsyncAlways a reply says its changes are on disk: the calls are
+	// decided from memory, but they return only once space is back.
+	var wg sync.WaitGroup
+	var returned atomic.Int32
+	ops := make([]*ThrottleReq, 100)
+	for i := range ops {
+		ops[i] = throttleOp(fmt.Sprint("full:", i), 5, 1, 3600, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(st, ops[i])
+			returned.Add(1)
+		}()
 	}
+	require.Eventually(t, func() bool { return st.PersistErr() != nil }, 5*time.Second, 10*time.Millisecond)
 	require.ErrorContains(t, st.PersistErr(), "no space left on device")
+	require.Never(t, func() bool { return returned.Load() > 0 }, 1500*time.Millisecond, 10*time.Millisecond,
+		"no call is acknowledged while its changes cannot be written")
 	assert.Equal(t, commits, st.PersistStats().Commits, "nothing reaches Pebble while the disk is full")
 	_, err = mem.Stat(ballast)
 	assert.Error(t, err, "the ballast is given up")
 	assert.Equal(t, 1, log.lines("write failed"), "one line when writes start failing")
 
 	setAvail(1 << 30)
+	wg.Wait()
+	for _, op := range ops {
+		require.NoError(t, op.Err)
+		require.Equal(t, int64(5), op.Result.Remaining)
+	}
 	require.Eventually(t, func() bool { return st.PersistErr() == nil }, 5*time.Second, 10*time.Millisecond)
 	_, err = mem.Stat(ballast)
 	assert.NoError(t, err, "the ballast is back")
@@ -105,11 +122,19 @@ func TestFailedBacklogDroppedThenResynced(t *testing.T) {
 	st, err := New(cfg)
 	require.NoError(t, err)
 	setAvail(1 << 20)
+	// Under FsyncAlways the calls return once their changes are on disk,
+	// here after the rewrite.
+	var wg sync.WaitGroup
 	for i := 0; i < 300; i++ {
-		run(st, throttleOp(fmt.Sprint("k", i), 5, 1, 3600, 1))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(st, throttleOp(fmt.Sprint("k", i), 5, 1, 3600, 1))
+		}()
 	}
-	require.Positive(t, log.lines("dropped them"))
+	require.Eventually(t, func() bool { return log.lines("dropped them") > 0 }, 5*time.Second, 10*time.Millisecond)
 	setAvail(1 << 30)
+	wg.Wait()
 	require.Eventually(t, func() bool { return st.PersistErr() == nil && st.p.pending.Load() == 0 }, 5*time.Second, 10*time.Millisecond)
 	// The rewrite runs on the shards after the committer asks for it.
 	require.Eventually(t, func() bool {
@@ -212,4 +237,40 @@ func TestOpenOnFullDisk(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	assert.Equal(t, int64(2000), st.PersistStats().KeysLoaded)
+}
+
+// TestCloseWhileRepliesWaitFailsThem: under FsyncAlways, Close while a
+// call waits for a full disk does not wait for the disk forever: the call
+// fails with ErrClosed (its change is not on disk, so it is not
+// acknowledged), and the loss is logged.
+func TestCloseWhileRepliesWaitFailsThem(t *testing.T) {
+	mem, setAvail := fullDisk()
+	var log lockedLog
+	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: mem,
+		MemTableSize: 1 << 20, Logger: log.logger()}
+	st, err := New(cfg)
+	require.NoError(t, err)
+	run(st, throttleOp("before", 5, 1, 3600, 1))
+	setAvail(1 << 20)
+	op := throttleOp("during", 5, 1, 3600, 1)
+	done := make(chan struct{})
+	go func() {
+		run(st, op)
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return st.PersistErr() != nil }, 5*time.Second, 10*time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- st.Close() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close left a call waiting for the disk")
+	}
+	assert.ErrorIs(t, op.Status(), ErrClosed)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	assert.Equal(t, 1, log.lines("replies withheld"))
 }

@@ -388,6 +388,9 @@ func (s *Store) Close() error {
 
 func (s *Store) close() error {
 	s.closed.Store(true)
+	if s.p != nil {
+		s.p.withhold() // sessions waiting for a failing disk give up
+	}
 	// Sessions in flight finish (their hosts keep serving meanwhile).
 	for s.active.Load() > 0 {
 		time.Sleep(50 * time.Microsecond)
@@ -529,9 +532,28 @@ func (ss *Session) WaitSync() {
 // syncWait counts a session's batches whose changes are not synced yet,
 // and calls the function AwaitSync left once none is.
 type syncWait struct {
-	mu sync.Mutex
-	n  int
-	f  func()
+	mu   sync.Mutex
+	n    int
+	f    func()
+	lost bool // see failer
+}
+
+func (w *syncWait) fail() {
+	w.mu.Lock()
+	w.lost = true
+	w.mu.Unlock()
+}
+
+// SyncLost reports, once, whether changes the session's replies waited for
+// were given up at Close instead of synced (see failer): the caller must
+// not send those replies.
+func (ss *Session) SyncLost() bool {
+	w := &ss.dur
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lost := w.lost
+	w.lost = false
+	return lost
 }
 
 func (w *syncWait) add(n int) {
@@ -736,6 +758,10 @@ func (ss *Session) runBatches() {
 	ss.send()
 	ss.sig.wait(ss.home)
 	st.leave()
+	if ss.sig.lost.Swap(false) {
+		ss.failClosed() // their changes are not on disk: no acknowledgement
+		return
+	}
 	ss.reset()
 }
 

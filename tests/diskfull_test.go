@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,4 +128,64 @@ func TestFullDiskKeepsServing(t *testing.T) {
 	assert.Equal(t, int64(len(keys)), infoInt(t, rdb2, "persistence", "loaded_keys"))
 	// A peek (quantity 0) shows each key's one used token.
 	assert.Equal(t, len(keys), throttleKeys(t, rdb2, keys, 0, 9), "keys whose state survived the restart")
+}
+
+// TestFullDiskAlwaysRepliesOnlyOnceWritten: under --fsync always a reply
+// says its change is on disk. With the disk full, a call is decided but its
+// reply waits; with --stop-writes-on-persist-error yes later writes are
+// refused with MISCONF meanwhile, and reads go on. Once space is back the
+// waiting reply comes, and a kill -9 then keeps its change.
+func TestFullDiskAlwaysRepliesOnlyOnceWritten(t *testing.T) {
+	mnt := mountTmpfs(t, "24m")
+	dir := filepath.Join(mnt, "data")
+	srv := startServer(t, "--data-dir", dir, "--fsync", "always", "--stop-writes-on-persist-error", "yes")
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 60*time.Second)
+	require.NoError(t, rdb.Do(ctx, "CL.THROTTLE", "before", 9, 1, 3600).Err())
+
+	// Leave 1 MiB: less than the reserve kept for Pebble's own writes.
+	var fs syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(mnt, &fs))
+	filler := filepath.Join(mnt, "filler")
+	require.NoError(t, os.WriteFile(filler, make([]byte, int64(fs.Bavail)*fs.Bsize-1<<20), 0o644))
+
+	type reply struct {
+		v   []int64
+		err error
+	}
+	waiting := make(chan reply, 1)
+	rdb2 := srv.Client(t)
+	go func() {
+		v, err := rdb2.Do(ctx, "CL.THROTTLE", "during", 9, 1, 3600).Int64Slice()
+		waiting <- reply{v, err}
+	}()
+	require.Eventually(t, func() bool {
+		return strings.Contains(rdb.Info(ctx, "persistence").Val(), "last_write_status:err")
+	}, 15*time.Second, 50*time.Millisecond)
+	select {
+	case r := <-waiting:
+		t.Fatalf("a call was acknowledged while its change could not be written: %v %v", r.v, r.err)
+	case <-time.After(2 * time.Second):
+	}
+	err := rdb.Do(ctx, "CL.THROTTLE", "other", 9, 1, 3600).Err()
+	require.Error(t, err)
+	assert.True(t, strings.HasPrefix(err.Error(), "MISCONF "), err.Error())
+	assert.NoError(t, rdb.Do(ctx, "CL.PEEK", "before", 9, 1, 3600).Err(), "reads go on")
+
+	require.NoError(t, os.Remove(filler))
+	var r reply
+	select {
+	case r = <-waiting:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting reply did not come once space was freed")
+	}
+	require.NoError(t, r.err)
+	require.Len(t, r.v, 5)
+	assert.Equal(t, []int64{0, 10, 9, -1}, r.v[:4], "allowed, 9 left")
+
+	srv.Kill9()
+	srv2 := startServer(t, "--data-dir", dir)
+	v, err := srv2.Client(t).Do(ctx, "CL.THROTTLE", "during", 9, 1, 3600, 0).Int64Slice()
+	require.NoError(t, err)
+	assert.Equal(t, int64(9), v[2], "the acknowledged call's change survived kill -9")
 }
