@@ -796,7 +796,7 @@ func (p *persister) fail(err error) {
 	p.holding = true
 	if !p.failing {
 		p.failing, p.failStart, p.failCount = true, time.Now(), 0
-		p.log.Error("persistence: write failed; serving from memory and retrying (logged again when writes succeed)", "err", err)
+		p.log.Error("persistence: write failed; serving from memory and retrying (logged again when writes succeed)", "err", oneLine(err.Error()))
 	}
 	p.failCount++
 	if isNoSpace(err) {
@@ -858,7 +858,7 @@ func (p *persister) writeMark() {
 	}
 	if err := writeMark(p.dd.fs, p.dd.dir, n); err != nil {
 		if !p.markFailed {
-			p.log.Error("persistence: cannot write "+markFile+"; a restart will check the log against an older count", "err", err)
+			p.log.Error("persistence: cannot write "+markFile+"; a restart will check the log against an older count", "err", oneLine(err.Error()))
 		}
 		p.markFailed = true
 		return

@@ -48,6 +48,7 @@ import (
 const (
 	markFile    = "cellserver.mark"
 	ballastFile = "cellserver.ballast"
+	probeFile   = "cellserver.probe"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -548,7 +549,7 @@ func onlyLeftovers(names []string) bool {
 	for _, n := range names {
 		switch {
 		case n == "LOCK", strings.HasPrefix(n, "marker.format-version"),
-			n == ballastFile, n == ballastFile+".tmp", n == markFile+".tmp":
+			n == ballastFile, n == ballastFile+".tmp", n == markFile+".tmp", n == probeFile:
 		default:
 			return false
 		}

@@ -43,7 +43,13 @@ type diskSpace struct {
 	// back: they go on without it, and it is tried again at retryAt.
 	failed  bool
 	retryAt time.Time
+	// The dir was last found writable (a file created there) at probedAt.
+	probedAt time.Time
 }
+
+// probeEvery is how often at most budget checks that a file can be
+// created in the data dir.
+var probeEvery = time.Second
 
 // ballastRetry is how long writes go on without the ballast after writing
 // it failed for another reason than a lack of space.
@@ -58,6 +64,7 @@ func newDiskSpace(fs vfs.FS, dir string, cfg *Config) *diskSpace {
 		d.total = u.TotalBytes
 	}
 	_ = fs.Remove(d.tmpPath()) // a write cut short by a crash
+	_ = fs.Remove(d.probePath())
 	if st, err := fs.Stat(d.path()); err == nil {
 		switch {
 		case d.size == 0 || uint64(st.Size()) == d.size:
@@ -75,6 +82,33 @@ func newDiskSpace(fs vfs.FS, dir string, cfg *Config) *diskSpace {
 
 func (d *diskSpace) tmpPath() string { return d.path() + ".tmp" }
 
+func (d *diskSpace) probePath() string { return d.fs.PathJoin(d.dir, probeFile) }
+
+// probe creates and removes a file in the data dir, at most once per
+// probeEvery. Pebble panics when it cannot create its next WAL, and that
+// panic unwinds into a double unlock no recover survives (see diskSpace):
+// a dir that was deleted, made read-only or immutable, or whose file
+// system ran out of inodes (statfs's free bytes do not show it) must hold
+// writes back instead, as a full disk does. A change in the second after a
+// probe can still reach Pebble.
+func (d *diskSpace) probe() error {
+	if time.Since(d.probedAt) < probeEvery {
+		return nil
+	}
+	f, err := d.fs.Create(d.probePath(), vfs.WriteCategoryUnspecified)
+	if err == nil {
+		err = errors.Join(f.Close(), d.fs.Remove(d.probePath()))
+	}
+	if err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			return fmt.Errorf("%w: cannot create a file in %s (no inodes left?): %v", errNoSpace, d.dir, err)
+		}
+		return fmt.Errorf("store: cannot create a file in the data dir %s: %w", d.dir, err)
+	}
+	d.probedAt = time.Now()
+	return nil
+}
+
 func (d *diskSpace) path() string { return d.fs.PathJoin(d.dir, ballastFile) }
 
 // errNoSpace marks a write held back for lack of disk space.
@@ -86,12 +120,18 @@ var errNoSpace = errors.New("store: no space left on device")
 // With no room it deletes the ballast and says why (see short). A file
 // system that reports no usage (some test ones) has no limit.
 func (d *diskSpace) budget(first uint64) (uint64, error) {
-	u, err := d.fs.GetDiskUsage(d.dir)
-	if err != nil {
-		return math.MaxUint64, nil
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.probe(); err != nil {
+		return 0, err
+	}
+	u, err := d.fs.GetDiskUsage(d.dir)
+	if errors.Is(err, vfs.ErrUnsupported) {
+		return math.MaxUint64, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: cannot read the free space of the data dir %s: %w", d.dir, err)
+	}
 	avail := u.AvailBytes
 	if !d.ballast && d.size > 0 && (!d.failed || !time.Now().Before(d.retryAt)) {
 		if avail < d.reserve+d.size+first {
@@ -108,7 +148,7 @@ func (d *diskSpace) budget(first uint64) (uint64, error) {
 			return 0, fmt.Errorf("%w: cannot write the ballast %s: %v", errNoSpace, d.path(), err)
 		default:
 			if !d.failed {
-				d.log.Error("persistence: cannot write the ballast; writing without it, trying again every "+ballastRetry.String(), "file", d.path(), "err", err)
+				d.log.Error("persistence: cannot write the ballast; writing without it, trying again every "+ballastRetry.String(), "file", d.path(), "err", oneLine(err.Error()))
 			}
 			d.failed, d.retryAt = true, time.Now().Add(ballastRetry)
 		}
@@ -152,7 +192,7 @@ func (d *diskSpace) releaseLocked(avail uint64) {
 		return
 	}
 	if err := d.fs.Remove(d.path()); err != nil && !errors.Is(err, syscall.ENOENT) {
-		d.log.Error("persistence: cannot delete the ballast", "file", d.path(), "err", err)
+		d.log.Error("persistence: cannot delete the ballast", "file", d.path(), "err", oneLine(err.Error()))
 		return
 	}
 	d.ballast = false

@@ -8,10 +8,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -273,4 +275,41 @@ func TestCloseWhileRepliesWaitFailsThem(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 	assert.Equal(t, 1, log.lines("replies withheld"))
+}
+
+// TestUncreatableDirHoldsWrites: a data dir where no file can be created
+// (deleted, read-only, out of inodes) holds writes back as a full disk
+// does, since Pebble panics past any recover when it cannot create its
+// next WAL; they go on once files can be created again.
+func TestUncreatableDirHoldsWrites(t *testing.T) {
+	defer func(v time.Duration) { probeEvery = v }(probeEvery)
+	probeEvery = 0
+	mem := vfs.NewMem()
+	var failing atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && op.Kind == errorfs.OpCreate {
+			return fmt.Errorf("injected: %w", syscall.EROFS)
+		}
+		return nil
+	}))
+	st := openPersistent(t, "db", FsyncAlways, wallClock(), fs)
+	defer st.Close()
+	run(st, throttleOp("before", 5, 1, 3600, 1))
+	commits := st.PersistStats().Commits
+	failing.Store(true)
+	done := make(chan struct{})
+	go func() {
+		run(st, throttleOp("during", 5, 1, 3600, 1))
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return st.PersistErr() != nil }, 5*time.Second, 10*time.Millisecond)
+	assert.ErrorContains(t, st.PersistErr(), "cannot create a file in the data dir")
+	assert.Equal(t, commits, st.PersistStats().Commits, "nothing reaches Pebble")
+	failing.Store(false)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("writes did not resume")
+	}
+	assert.NoError(t, st.PersistErr())
 }
