@@ -783,6 +783,9 @@ func (p *persister) errText() string {
 	if e := p.lastErr.Load(); e != nil {
 		return *e
 	}
+	if p.dd != nil {
+		return p.dd.events.bgErr()
+	}
 	return ""
 }
 

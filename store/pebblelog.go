@@ -28,6 +28,7 @@ type pebbleEvents struct {
 
 	mu       sync.Mutex
 	bgErrs   int64         // background errors since background work last succeeded
+	bgMsg    string        // the latest of them, one line
 	bgLast   time.Time     // the latest of them
 	bgPause  time.Duration // how long the next one holds Pebble's background goroutine
 	lines    map[string]errorfState
@@ -167,6 +168,7 @@ func (e *pebbleEvents) backgroundError(err error) {
 	e.bgErrs++
 	n, pause := e.bgErrs, e.bgPause
 	e.bgLast = time.Now()
+	e.bgMsg = "pebble background work (flush, compaction) failing: " + oneLine(err.Error())
 	if n >= 2 {
 		e.bgPause = min(max(2*e.bgPause, 50*time.Millisecond), bgPauseMax)
 	}
@@ -192,9 +194,22 @@ func (e *pebbleEvents) backgroundOK() {
 		e.mu.Unlock()
 		return
 	}
-	e.bgErrs, e.bgPause = 0, 0
+	e.bgErrs, e.bgPause, e.bgMsg = 0, 0, ""
 	e.mu.Unlock()
 	e.log.Info("pebble: background work succeeds again", "errors", n)
+}
+
+// bgErr returns the latest background error while background work fails,
+// else "": writes may then stall inside Pebble (a memtable it cannot
+// flush) without any commit of ours failing, so it counts as a persistence
+// error too (INFO, MISCONF).
+func (e *pebbleEvents) bgErr() string {
+	if e == nil {
+		return ""
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.bgMsg
 }
 
 // dataCorruption records a file Pebble found damaged; the read that found

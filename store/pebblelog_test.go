@@ -70,3 +70,21 @@ func TestInfoDoesNotWaitForPebble(t *testing.T) {
 	failing.Store(false)
 	require.NoError(t, st.Close())
 }
+
+// TestBackgroundErrorIsAPersistenceError: while Pebble's flushes fail (no
+// inode left for a table, say) commits can stall inside Pebble without one
+// of ours failing; the background error is then what INFO and MISCONF
+// report, until background work succeeds again.
+func TestBackgroundErrorIsAPersistenceError(t *testing.T) {
+	var log lockedLog
+	e := newPebbleEvents(log.logger(), nil)
+	assert.Empty(t, e.bgErr())
+	e.backgroundError(errors.New("write 000019.sst: no space left on device\nstack"))
+	assert.Equal(t, "pebble background work (flush, compaction) failing: write 000019.sst: no space left on device", e.bgErr())
+	e.mu.Lock()
+	e.bgLast = time.Now().Add(-2 * time.Second) // the retry's success comes a second later
+	e.mu.Unlock()
+	e.backgroundOK()
+	assert.Empty(t, e.bgErr())
+	assert.Equal(t, 1, log.lines("background work succeeds again"))
+}

@@ -347,9 +347,9 @@ func (s *Store) PersistStats() PersistStats {
 
 		CorruptRecordsLost: p.corruptLost.Load(),
 	}
-	if e := p.lastErr.Load(); e != nil {
+	if e := p.errText(); e != "" {
 		st.LastWriteOK = false
-		st.LastWriteErr = *e
+		st.LastWriteErr = e
 	}
 	return st
 }
@@ -360,8 +360,8 @@ func (s *Store) PersistErr() error {
 	if s.p == nil {
 		return nil
 	}
-	if e := s.p.lastErr.Load(); e != nil {
-		return errors.New(*e)
+	if e := s.p.errText(); e != "" {
+		return errors.New(e)
 	}
 	return nil
 }
