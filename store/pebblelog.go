@@ -184,17 +184,19 @@ func (e *pebbleEvents) backgroundError(err error) {
 	}
 }
 
-// backgroundOK ends a run of background errors, once a flush or compaction
+// backgroundOK clears the background error at once, and ends (and logs the
+// end of) a run of background errors once a flush or compaction
 // succeeds a second after the last error (a success between two failures of
 // a retry loop does not count).
 func (e *pebbleEvents) backgroundOK() {
 	e.mu.Lock()
+	e.bgMsg = "" // it works now (a next failure sets it again)
 	n := e.bgErrs
 	if n == 0 || time.Since(e.bgLast) < time.Second {
 		e.mu.Unlock()
 		return
 	}
-	e.bgErrs, e.bgPause, e.bgMsg = 0, 0, ""
+	e.bgErrs, e.bgPause = 0, 0
 	e.mu.Unlock()
 	e.log.Info("pebble: background work succeeds again", "errors", n)
 }

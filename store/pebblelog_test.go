@@ -81,6 +81,11 @@ func TestBackgroundErrorIsAPersistenceError(t *testing.T) {
 	assert.Empty(t, e.bgErr())
 	e.backgroundError(errors.New("write 000019.sst: no space left on device\nstack"))
 	assert.Equal(t, "pebble background work (flush, compaction) failing: write 000019.sst: no space left on device", e.bgErr())
+	e.backgroundOK() // the retry right after succeeds: no longer an error, not logged yet
+	assert.Empty(t, e.bgErr())
+	assert.Zero(t, log.lines("background work succeeds again"))
+	e.backgroundError(errors.New("write 000020.sst: no space left on device"))
+	assert.NotEmpty(t, e.bgErr())
 	e.mu.Lock()
 	e.bgLast = time.Now().Add(-2 * time.Second) // the retry's success comes a second later
 	e.mu.Unlock()
