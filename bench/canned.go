@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/tidwall/redcon"
 )
 
 // Canned is a RESP server that answers every command with a reply fixed in
@@ -176,34 +177,29 @@ func ServeCanned(ctx context.Context, addr string, s *Canned) error {
 }
 
 // AppendRESP appends v encoded as RESP2 to b: the bytes a server sent for
-// it (simple strings, errors, integers, bulk strings and arrays).
+// it (simple strings, errors, integers, bulk strings and arrays), written
+// with redcon's appenders, as cellserver writes its replies.
 func (v Value) AppendRESP(b []byte) []byte {
 	switch v.Kind {
-	case '+', '-':
-		b = append(b, v.Kind)
-		b = append(b, v.Str...)
+	case '+':
+		return redcon.AppendString(b, v.Str)
+	case '-':
+		return redcon.AppendError(b, v.Str)
 	case ':':
-		b = append(b, ':')
-		b = strconv.AppendInt(b, v.Int, 10)
+		return redcon.AppendInt(b, v.Int)
 	case '$':
 		if v.Null {
-			return append(b, "$-1\r\n"...)
+			return redcon.AppendNull(b)
 		}
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(v.Str)), 10)
-		b = append(b, "\r\n"...)
-		b = append(b, v.Str...)
+		return redcon.AppendBulkString(b, v.Str)
 	case '*':
 		if v.Null {
 			return append(b, "*-1\r\n"...)
 		}
-		b = append(b, '*')
-		b = strconv.AppendInt(b, int64(len(v.Array)), 10)
-		b = append(b, "\r\n"...)
+		b = redcon.AppendArray(b, len(v.Array))
 		for _, e := range v.Array {
 			b = e.AppendRESP(b)
 		}
-		return b
 	}
-	return append(b, "\r\n"...)
+	return b
 }
