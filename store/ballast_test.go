@@ -27,8 +27,7 @@ func TestBallastWrittenAtomically(t *testing.T) {
 		return nil
 	}))
 	var log lockedLog
-	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: fs,
-		MemTableSize: 1 << 20, Logger: log.logger()} // ballast 2 MiB
+	cfg := failCfg(fs, &log) // ballast 2 MiB
 	st, err := New(cfg)
 	require.NoError(t, err)
 	run(st, throttleOp("k", 5, 1, 3600, 1))
@@ -70,8 +69,7 @@ func TestBallastWriteErrorDoesNotBlockWrites(t *testing.T) {
 				return nil
 			}))
 			var log lockedLog
-			cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: fs,
-				MemTableSize: 1 << 20, Logger: log.logger()}
+			cfg := failCfg(fs, &log)
 			st, err := New(cfg)
 			require.NoError(t, err)
 			for i := 0; i < 20; i++ {

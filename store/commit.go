@@ -97,7 +97,6 @@ type persister struct {
 	backoff     time.Duration // the next failed write's wait (1 s doubling to maxBackoff)
 	retry       *time.Timer
 	armed       bool
-	unsynced    bool // a sync failed: what was committed is not durable until one succeeds
 
 	// Under FsyncAlways, the waiters of requests whose changes are not known
 	// to be on disk (a write or sync failed, or a rewrite is due), in order:
@@ -662,15 +661,13 @@ func (p *persister) roundStep(committed, quitting bool) {
 func (p *persister) sync() bool {
 	db := p.db()
 	if err := guard(func() error { return db.LogData(nil, pebble.Sync) }); err != nil {
-		p.fail(err)
-		p.unsynced = true
+		p.fail(err) // holding until a commit and sync succeed (see durable)
 		var fatal errPebbleFatal
 		if errors.As(err, &fatal) {
 			p.breakDB(db, fatal)
 		}
 		return false
 	}
-	p.unsynced = false
 	p.lastFsync.Store(time.Now().UnixNano())
 	p.synced.Store(p.recs)
 	select {
@@ -739,9 +736,11 @@ func (p *persister) withhold() {
 }
 
 // durable reports whether every change committed so far is synced, with
-// none waiting for a retry or a rewrite.
+// none waiting for a retry or a rewrite. A failed write or sync sets
+// holding, which only a later commit and sync clear (ok), or a reopen,
+// which has every shard rewrite its keys (needSnap).
 func (p *persister) durable() bool {
-	return !p.broken && !p.holding && !p.unsynced && len(p.failed) == 0 && len(p.needSnap) == 0
+	return !p.broken && !p.holding && len(p.failed) == 0 && len(p.needSnap) == 0
 }
 
 // rearm schedules the next attempt while writes fail.

@@ -25,10 +25,13 @@ type pebbleEvents struct {
 	// serving is set once the store is open: before, a damaged file is the
 	// open's one-line refusal and is not logged as well.
 	serving atomic.Bool
+	// bgMsg is the latest background error, one line, while background
+	// work fails (nil once it works): read by PersistErr, which a write
+	// command under --stop-writes-on-persist-error calls, so lock-free.
+	bgMsg atomic.Pointer[string]
 
 	mu       sync.Mutex
 	bgErrs   int64         // background errors since background work last succeeded
-	bgMsg    string        // the latest of them, one line
 	bgLast   time.Time     // the latest of them
 	bgPause  time.Duration // how long the next one holds Pebble's background goroutine
 	lines    map[string]errorfState
@@ -168,7 +171,8 @@ func (e *pebbleEvents) backgroundError(err error) {
 	e.bgErrs++
 	n, pause := e.bgErrs, e.bgPause
 	e.bgLast = time.Now()
-	e.bgMsg = "pebble background work (flush, compaction) failing: " + oneLine(err.Error())
+	msg := "pebble background work (flush, compaction) failing: " + oneLine(err.Error())
+	e.bgMsg.Store(&msg)
 	if n >= 2 {
 		e.bgPause = min(max(2*e.bgPause, 50*time.Millisecond), bgPauseMax)
 	}
@@ -189,8 +193,8 @@ func (e *pebbleEvents) backgroundError(err error) {
 // succeeds a second after the last error (a success between two failures of
 // a retry loop does not count).
 func (e *pebbleEvents) backgroundOK() {
+	e.bgMsg.Store(nil) // it works now (a next failure sets it again)
 	e.mu.Lock()
-	e.bgMsg = "" // it works now (a next failure sets it again)
 	n := e.bgErrs
 	if n == 0 || time.Since(e.bgLast) < time.Second {
 		e.mu.Unlock()
@@ -209,9 +213,10 @@ func (e *pebbleEvents) bgErr() string {
 	if e == nil {
 		return ""
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.bgMsg
+	if m := e.bgMsg.Load(); m != nil {
+		return *m
+	}
+	return ""
 }
 
 // dataCorruption records a file Pebble found damaged; the read that found

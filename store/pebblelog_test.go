@@ -44,8 +44,7 @@ func TestInfoDoesNotWaitForPebble(t *testing.T) {
 		return nil
 	}))
 	var log lockedLog
-	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: fs,
-		MemTableSize: 1 << 20, Logger: log.logger()}
+	cfg := failCfg(fs, &log)
 	st, err := New(cfg)
 	require.NoError(t, err)
 	run(st, throttleOp("k", 5, 1, 3600, 1))

@@ -38,6 +38,14 @@ func (l *lockedLog) lines(substr string) int {
 
 func (l *lockedLog) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
+// failCfg is the Config of the disk-failure tests: two shards under
+// FsyncAlways, a 1 MiB memtable (a 4 MiB reserve, a 2 MiB ballast), the
+// data dir "db" on fs, logging to log.
+func failCfg(fs vfs.FS, log *lockedLog) Config {
+	return Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: fs,
+		MemTableSize: 1 << 20, Logger: log.logger()}
+}
+
 // fullDisk is a file system whose free space the test sets.
 func fullDisk() (*vfs.MemFS, func(avail uint64)) {
 	mem := vfs.NewMem()
@@ -119,8 +127,7 @@ func TestFailedBacklogDroppedThenResynced(t *testing.T) {
 	maxFailedBytes = 1
 	mem, setAvail := fullDisk()
 	var log lockedLog
-	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: mem,
-		MemTableSize: 1 << 20, Logger: log.logger()}
+	cfg := failCfg(mem, &log)
 	st, err := New(cfg)
 	require.NoError(t, err)
 	setAvail(1 << 20)
@@ -248,8 +255,7 @@ func TestOpenOnFullDisk(t *testing.T) {
 func TestCloseWhileRepliesWaitFailsThem(t *testing.T) {
 	mem, setAvail := fullDisk()
 	var log lockedLog
-	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncAlways, FS: mem,
-		MemTableSize: 1 << 20, Logger: log.logger()}
+	cfg := failCfg(mem, &log)
 	st, err := New(cfg)
 	require.NoError(t, err)
 	run(st, throttleOp("before", 5, 1, 3600, 1))
