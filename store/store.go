@@ -311,9 +311,13 @@ func (s *Store) snapshotRound(round uint64) {
 }
 
 // onEveryShard runs f on every shard's goroutine, in order with its
-// requests, and waits for all of them.
+// requests, and waits for all of them, but not, under FsyncAlways, for
+// the disk: f answers no client, and while writes fail (a full disk) that
+// wait would last until space comes back, or forever for a resync the
+// committer started.
 func (s *Store) onEveryShard(f func(sh *shard, now int64)) {
 	sess := s.NewSession()
+	sess.DeferSync(true)
 	for i := range s.shards {
 		sess.AddTo(i, &shardFunc{f: f})
 	}
