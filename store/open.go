@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -143,8 +144,9 @@ type dataDir struct {
 	ro      bool   // the DB open returned is read-only
 	mark    uint64 // synced records per the mark (0: no mark)
 	hasMark bool
-	badMark bool  // the mark was damaged and is ignored (RecoverCorrupt): rewrite it
-	lost    int64 // records the mark counts that the log no longer has (RecoverCorrupt)
+	badMark bool   // the mark was damaged and is ignored (RecoverCorrupt): rewrite it
+	lost    int64  // records the mark counts that the log no longer has (RecoverCorrupt)
+	cutLost uint64 // records lost from older WALs cut by cutDamagedWALs (countGaps)
 }
 
 // openDataDir opens cfg.DataDir for loading, refusing anything it should
@@ -296,8 +298,15 @@ func isEmpty(db *pebble.DB) bool {
 
 // checkLoaded compares the records the log replayed to (committed) with
 // the mark. Fewer is a loss of synced records: refused, or under
-// RecoverCorrupt counted and logged. It reads nothing from the dir.
+// RecoverCorrupt counted and logged, with what cutDamagedWALs found missing
+// before the newest WAL (which the mark cannot see: later WALs carry the
+// count on). It reads nothing from the dir.
 func (d *dataDir) checkLoaded(committed uint64) error {
+	if d.cutLost > 0 {
+		d.lost = int64(d.cutLost)
+		d.log.Warn("data dir is corrupt; starting with what is readable (--recover-corrupt yes)", "dir", d.dir,
+			"problem", "commits are missing between the readable records of the write-ahead logs, where an older one was cut", "records_lost", d.cutLost)
+	}
 	if !d.hasMark || committed >= d.mark {
 		return nil
 	}
@@ -307,7 +316,7 @@ func (d *dataDir) checkLoaded(committed uint64) error {
 	if !d.cfg.RecoverCorrupt {
 		return fmt.Errorf("store: data dir %s is corrupt: %s; refusing to start (nothing was changed; --recover-corrupt yes starts with what is readable)", d.dir, what)
 	}
-	d.lost = int64(lost)
+	d.lost += int64(lost)
 	d.log.Warn("data dir is corrupt; starting with what is readable (--recover-corrupt yes)", "dir", d.dir, "problem", what, "records_lost", lost)
 	return nil
 }
@@ -331,7 +340,8 @@ func (d *dataDir) cutDamagedWALs() error {
 	if err != nil {
 		return fmt.Errorf("store: data dir %s: %w", d.dir, err)
 	}
-	for _, ll := range logs {
+	cut := map[int]bool{}
+	for i, ll := range logs {
 		if ll.NumSegments() != 1 {
 			continue
 		}
@@ -352,8 +362,95 @@ func (d *dataDir) cutDamagedWALs() error {
 		}
 		d.log.Warn("write-ahead log cut where its readable records end (--recover-corrupt yes)", "file", d.fs.PathBase(path),
 			"kept_bytes", end, "dropped_bytes", size-end, "copy", d.fs.PathBase(keep))
+		cut[i] = true
+	}
+	if len(cut) == 0 {
+		return nil
+	}
+	// The mark counts only what the newest WAL lacks: records cut from an
+	// older one are missing between the counts of the WALs around it.
+	lost, unknown, err := countGaps(logs, cut)
+	if err != nil {
+		return fmt.Errorf("store: data dir %s: counting the records the cut lost: %w", d.dir, err)
+	}
+	d.cutLost = lost
+	if unknown {
+		d.log.Warn("data dir: a write-ahead log was cut before any count of records it can be compared with; corrupt_records_lost does not include what it lost (--recover-corrupt yes)", "dir", d.dir)
 	}
 	return nil
+}
+
+// countGaps reads the readable records of every WAL, oldest first, and adds
+// up the log records committed between one commit's count record and the
+// next that none of the WALs holds any more: each commit's count includes
+// its own records, so the count before a commit is its count less the
+// records it holds, and it must equal the previous commit's count. A commit
+// the disk never took (a failed Apply) gives a smaller count, never a gap.
+// unknown reports a cut WAL with no count before its cut point to compare.
+func countGaps(logs []wal.LogicalLog, cut map[int]bool) (lost uint64, unknown bool, err error) {
+	var last uint64
+	have := false
+	for i, ll := range logs {
+		if err := eachBatch(ll, func(repr []byte) {
+			count, recs, ok := batchCount(repr)
+			if !ok {
+				return
+			}
+			if have && count >= recs && count-recs > last {
+				lost += count - recs - last
+			}
+			last, have = count, true
+		}); err != nil {
+			return 0, false, err
+		}
+		if cut[i] && !have {
+			unknown = true
+		}
+	}
+	return lost, unknown, nil
+}
+
+// eachBatch calls f with every batch a WAL holds up to its first unreadable
+// record.
+func eachBatch(ll wal.LogicalLog, f func(repr []byte)) error {
+	r := ll.OpenForRead()
+	defer r.Close()
+	for {
+		rr, _, err := r.NextRecord()
+		if err != nil {
+			return nil // EOF, or where a cut WAL's readable records end
+		}
+		b, err := io.ReadAll(rr)
+		if err != nil {
+			return nil
+		}
+		f(b)
+	}
+}
+
+// batchCount finds a commit's count record in a WAL batch and counts the
+// log records beside it; ok is false for a batch with none (the format
+// key, a cut of old records).
+func batchCount(repr []byte) (count, recs uint64, ok bool) {
+	var b pebble.Batch
+	if b.SetRepr(repr) != nil {
+		return 0, 0, false
+	}
+	r := b.Reader()
+	for {
+		kind, k, v, more, err := r.Next()
+		if err != nil || !more {
+			return count, recs, ok
+		}
+		if kind != pebble.InternalKeyKindSet || len(k) != logKeyLen || k[0] != prefixLog {
+			continue
+		}
+		if len(v) == 9 && v[0] == recCount {
+			count, ok = binary.BigEndian.Uint64(v[1:]), true
+		} else {
+			recs++
+		}
+	}
 }
 
 // cutFile keeps the first n bytes of path: a synced copy of them is renamed
