@@ -94,6 +94,7 @@ func TestDamagedMarkUnderRecoverCorrupt(t *testing.T) {
 
 	_, err = New(cfg)
 	require.ErrorContains(t, err, "is damaged")
+	require.ErrorContains(t, err, "--recover-corrupt yes ignores it")
 	cfg.RecoverCorrupt = true
 	st, err = New(cfg)
 	require.NoError(t, err)
@@ -106,4 +107,29 @@ func TestDamagedMarkUnderRecoverCorrupt(t *testing.T) {
 	require.NoError(t, err, "the mark was written anew")
 	defer st.Close()
 	assert.Equal(t, int64(100), st.PersistStats().KeysLoaded)
+}
+
+// TestMissingManifestMarkerRefused: a dir whose marker naming the current
+// MANIFEST was deleted is refused as corrupt, in words that say what is
+// missing (Pebble's own says the database does not exist), and left as it
+// was.
+func TestMissingManifestMarkerRefused(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: dir}
+	st, err := New(cfg)
+	require.NoError(t, err)
+	fillKeys(t, st, "k", 10)
+	require.NoError(t, st.Close())
+	markers, err := filepath.Glob(filepath.Join(dir, "marker.manifest.*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, markers)
+	for _, m := range markers {
+		require.NoError(t, os.Remove(m))
+	}
+	before := dirHashes(t, dir)
+	_, err = New(cfg)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is corrupt: it holds Pebble's files but no marker.manifest.*")
+	assert.Contains(t, err.Error(), "refusing to start")
+	assert.Equal(t, before, dirHashes(t, dir))
 }

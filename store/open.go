@@ -93,7 +93,7 @@ func readMark(fs vfs.FS, dir string) (n uint64, ok bool, err error) {
 		return 0, false, fmt.Errorf("store: data dir %s: cannot read %s: %w", dir, markFile, err)
 	}
 	if n, err = decodeMark(b); err != nil {
-		return 0, false, fmt.Errorf("store: data dir %s is corrupt: %w (%v)", dir, errMarkDamaged, err)
+		return 0, false, fmt.Errorf("store: data dir %s is corrupt: %w (%v); refusing to start (nothing was changed; --recover-corrupt yes ignores it and writes it anew)", dir, errMarkDamaged, err)
 	}
 	return n, true, nil
 }
@@ -537,6 +537,11 @@ func (d *dataDir) refusal(err error) error {
 	}
 	if pebble.IsCorruptionError(err) {
 		return fmt.Errorf("store: data dir %s is corrupt: %s; refusing to start (nothing was changed; if a write-ahead log is damaged, --recover-corrupt yes starts with what is readable)", d.dir, msg)
+	}
+	if errors.Is(err, pebble.ErrDBDoesNotExist) {
+		// Open only gets here for a dir that holds Pebble's files: what
+		// is missing is the marker naming the current MANIFEST.
+		return fmt.Errorf("store: data dir %s is corrupt: it holds Pebble's files but no marker.manifest.* naming the current MANIFEST (%s); refusing to start (nothing was changed; restore the dir from a backup, or move it away to start empty)", d.dir, msg)
 	}
 	return fmt.Errorf("store: cannot open data dir %s (not modified): %s", d.dir, msg)
 }
