@@ -51,6 +51,7 @@ type persister struct {
 	commits     atomic.Int64
 	changes     atomic.Int64
 	pending     atomic.Int64
+	held        atomic.Int64 // changes in failed, for INFO (pending counts them until the committer takes them)
 	lastFsync   atomic.Int64 // Unix ns
 	keysLoaded  atomic.Int64
 	expiredLoad atomic.Int64
@@ -322,6 +323,7 @@ func (p *persister) loop() {
 			committed = p.commit(todo)
 		}
 		p.capFailed()
+		p.held.Store(p.failedChanges())
 		p.roundStep(committed, quitting)
 		synced := true
 		if committed && !p.broken && (p.policy != FsyncNo || quitting) {
@@ -508,6 +510,15 @@ func (p *persister) commit(todo []logBatch) bool {
 func (p *persister) probe() logBatch {
 	db := p.db()
 	return logBatch{b: db.NewBatch(), db: db}
+}
+
+// failedChanges counts the changes held for the next attempt.
+func (p *persister) failedChanges() int64 {
+	var n int64
+	for _, lb := range p.failed {
+		n += lb.count
+	}
+	return n
 }
 
 // hold queues batches for the next attempt.

@@ -97,6 +97,7 @@ func TestFullDiskWaitsThenWritesOut(t *testing.T) {
 	_, err = mem.Stat(ballast)
 	assert.Error(t, err, "the ballast is given up")
 	assert.Equal(t, 1, log.lines("write failed"), "one line when writes start failing")
+	assert.Equal(t, int64(100), st.PersistStats().Pending, "the held changes are pending (INFO changes_pending)")
 
 	setAvail(1 << 30)
 	wg.Wait()
@@ -105,6 +106,7 @@ func TestFullDiskWaitsThenWritesOut(t *testing.T) {
 		require.Equal(t, int64(5), op.Result.Remaining)
 	}
 	require.Eventually(t, func() bool { return st.PersistErr() == nil }, 5*time.Second, 10*time.Millisecond)
+	assert.Zero(t, st.PersistStats().Pending)
 	_, err = mem.Stat(ballast)
 	assert.NoError(t, err, "the ballast is back")
 	assert.Equal(t, 1, log.lines("writes succeed again"))
