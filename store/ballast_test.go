@@ -88,3 +88,39 @@ func TestBallastWriteErrorDoesNotBlockWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestBallastComesBackWithRoomAfterIt: once deleted, the ballast is written
+// again only when it fits with the changes waiting (up to a ballast's worth
+// of them), not with the first batch alone: under load near a full disk
+// the batches after it took its room at once, and it was deleted and
+// written again about once a second.
+func TestBallastComesBackWithRoomAfterIt(t *testing.T) {
+	mem, setAvail := fullDisk()
+	require.NoError(t, mem.MkdirAll("db", 0o755))
+	var log lockedLog
+	const reserve, size, first, all = 4 << 20, 2 << 20, 4096, 1 << 20
+	d := newDiskSpace(mem, "db", &Config{DiskReserve: reserve, BallastSize: size, Logger: log.logger()})
+
+	setAvail(reserve + size + first) // the ballast and the first batch fit, not the rest
+	_, err := d.budget(first, all)
+	require.ErrorIs(t, err, errNoSpace)
+	assert.Contains(t, err.Error(), "writes resume once 7.0 MiB are")
+	_, err = mem.Stat(d.path())
+	require.Error(t, err, "not written")
+
+	setAvail(reserve + size + all)
+	b, err := d.budget(first, all)
+	require.NoError(t, err)
+	_, err = mem.Stat(d.path())
+	require.NoError(t, err, "written")
+	assert.Equal(t, uint64(all), b, "every waiting batch fits after the ballast")
+
+	// A backlog larger than the ballast waits for a ballast's worth of
+	// room after it, no more: it goes in parts.
+	require.NoError(t, mem.Remove(d.path()))
+	d.ballast = false
+	setAvail(reserve + 2*size)
+	b, err = d.budget(first, 64<<20)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(size), b)
+}

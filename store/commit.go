@@ -453,7 +453,11 @@ func (p *persister) commit(todo []logBatch) bool {
 	budget := uint64(math.MaxUint64)
 	if p.dd != nil {
 		var err error
-		if budget, err = p.dd.space.budget(uint64(todo[0].b.Len())); err != nil {
+		var all uint64
+		for _, lb := range todo {
+			all += uint64(lb.b.Len())
+		}
+		if budget, err = p.dd.space.budget(uint64(todo[0].b.Len()), all); err != nil {
 			p.fail(err)
 			p.hold(todo)
 			return false

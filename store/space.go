@@ -24,7 +24,12 @@ import (
 // The ballast, a file of zeros in the data dir (CockroachDB's emergency
 // ballast), is deleted the moment space runs short, so that Pebble's work in
 // flight can finish and a restart can flush its WAL; it is written again
-// before writes resume, which therefore needs reserve + ballast free.
+// before writes resume, which therefore needs reserve + ballast + the
+// changes waiting free (up to another ballast's worth of them, so that a
+// large backlog can still go in parts). Room for the first waiting batch
+// alone was not enough: under load near a full disk the batches after it
+// took the room at once, and the ballast was deleted and written again
+// about once a second.
 //
 // Its methods are safe for concurrent use (the committer and Pebble's
 // background error callback).
@@ -115,11 +120,12 @@ func (d *diskSpace) path() string { return d.fs.PathJoin(d.dir, ballastFile) }
 var errNoSpace = errors.New("store: no space left on device")
 
 // budget returns how many bytes may go to Pebble now, the first write
-// being of first bytes. It writes the ballast first if it is missing and
-// there is room for it and that write (so that the two do not take turns).
+// being of first bytes, of all waiting. It writes the ballast first if it
+// is missing and there is room for it and what waits (see resume), so that
+// the two do not take turns.
 // With no room it deletes the ballast and says why (see short). A file
 // system that reports no usage (some test ones) has no limit.
-func (d *diskSpace) budget(first uint64) (uint64, error) {
+func (d *diskSpace) budget(first, all uint64) (uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.probe(); err != nil {
@@ -134,8 +140,8 @@ func (d *diskSpace) budget(first uint64) (uint64, error) {
 	}
 	avail := u.AvailBytes
 	if !d.ballast && d.size > 0 && (!d.failed || !time.Now().Before(d.retryAt)) {
-		if avail < d.reserve+d.size+first {
-			return 0, d.shortLocked(avail, first)
+		if need := d.resume(first, all); avail < need {
+			return 0, d.shortLocked(avail, need-d.reserve-d.size)
 		}
 		switch err := d.writeBallast(); {
 		case err == nil:
@@ -174,6 +180,12 @@ func (d *diskSpace) shortLocked(avail, n uint64) error {
 	d.releaseLocked(avail)
 	return fmt.Errorf("%w: %s free in %s; writes resume once %s are (a reserve of %s for Pebble, %s for the ballast, %s to write)",
 		errNoSpace, mib(avail), d.dir, mib(d.reserve+d.size+n), mib(d.reserve), mib(d.size), mib(n))
+}
+
+// resume is the free space that writing the ballast back needs, the first
+// waiting write being of first bytes, of all waiting (see diskSpace).
+func (d *diskSpace) resume(first, all uint64) uint64 {
+	return d.reserve + d.size + max(first, min(all, d.size))
 }
 
 // release deletes the ballast (Pebble's background work ran out of space).
