@@ -211,10 +211,14 @@ func (d *diskSpace) releaseLocked(avail uint64) {
 	d.log.Warn("persistence: disk nearly full; ballast deleted to leave Pebble room, writes wait in memory", "dir", d.dir, "free", mib(avail), "ballast", mib(d.size))
 }
 
+// openSlack is what a writable open needs beyond 1.125 × its WALs to
+// flush them (a MANIFEST, an OPTIONS file, a new WAL).
+const openSlack = 1 << 20
+
 // roomToOpen checks that a writable open can flush the walBytes of WAL it
 // replays (giving up the ballast for it if need be).
 func (d *diskSpace) roomToOpen(walBytes uint64) error {
-	need := walBytes + walBytes/8 + 1<<20
+	need := walBytes + walBytes/8 + openSlack
 	u, err := d.fs.GetDiskUsage(d.dir)
 	if err != nil || u.AvailBytes >= need {
 		return nil

@@ -85,7 +85,9 @@ type Config struct {
 	// written to Pebble (changes wait in memory and are written once space
 	// comes back): room for what Pebble may still write on its own, a new
 	// WAL's preallocation (1.1 memtables), a flush (one) and some
-	// compaction output. Default 4 * MemTableSize.
+	// compaction output; and what a restart needs to flush the WAL beyond
+	// it (openSlack), so that a dir that filled its disk can still be
+	// opened. Default 4 * MemTableSize + 1 MiB.
 	DiskReserve uint64
 	// BallastSize is the size in bytes of the file of zeros kept in the data
 	// dir and deleted when space runs short, so that Pebble's work in flight
@@ -134,7 +136,7 @@ func (c *Config) ensureDiskDefaults(total uint64) {
 		}
 	}
 	if c.DiskReserve == 0 {
-		c.DiskReserve = 4 * c.MemTableSize
+		c.DiskReserve = 4*c.MemTableSize + openSlack
 	}
 	if c.BallastSize == 0 {
 		c.BallastSize = int64(2 * c.MemTableSize)
