@@ -133,3 +133,32 @@ func TestMissingManifestMarkerRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "refusing to start")
 	assert.Equal(t, before, dirHashes(t, dir))
 }
+
+// TestFirstStartStoppedBeforeManifestMarker: a first start that stopped
+// after Pebble wrote its first MANIFEST but before the marker naming it
+// left no data: the dir is taken as new, as for the other leftovers of an
+// early stop, and keeps what the next run writes.
+func TestFirstStartStoppedBeforeManifestMarker(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: dir}
+	st, err := New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		n := e.Name()
+		if n == "LOCK" || strings.HasPrefix(n, "marker.format-version") || strings.HasPrefix(n, "MANIFEST-") {
+			continue
+		}
+		require.NoError(t, os.Remove(filepath.Join(dir, n)))
+	}
+	st, err = New(cfg)
+	require.NoError(t, err, "no data: taken as new")
+	run(st, throttleOp("k", 5, 1, 3600, 1))
+	require.NoError(t, st.Close())
+	st, err = New(cfg)
+	require.NoError(t, err)
+	defer st.Close()
+	assert.Equal(t, int64(1), st.PersistStats().KeysLoaded)
+}

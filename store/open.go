@@ -93,7 +93,7 @@ func readMark(fs vfs.FS, dir string) (n uint64, ok bool, err error) {
 		return 0, false, fmt.Errorf("store: data dir %s: cannot read %s: %w", dir, markFile, err)
 	}
 	if n, err = decodeMark(b); err != nil {
-		return 0, false, fmt.Errorf("store: data dir %s is corrupt: %w (%v); refusing to start (nothing was changed; --recover-corrupt yes ignores it and writes it anew)", dir, errMarkDamaged, err)
+		return 0, false, fmt.Errorf("store: data dir %s is corrupt: %w (%v)", dir, errMarkDamaged, err)
 	}
 	return n, true, nil
 }
@@ -206,8 +206,11 @@ func (d *dataDir) open(fresh bool) (*pebble.DB, error) {
 	}
 	var err error
 	if d.mark, d.hasMark, err = readMark(d.fs, d.dir); err != nil {
-		if !d.cfg.RecoverCorrupt || !errors.Is(err, errMarkDamaged) {
+		if !errors.Is(err, errMarkDamaged) {
 			return nil, err
+		}
+		if !d.cfg.RecoverCorrupt {
+			return nil, fmt.Errorf("%w; refusing to start (nothing was changed; --recover-corrupt yes ignores it and writes it anew)", err)
 		}
 		// The mark only tells how much the log must hold: without it the
 		// log is taken as it replays, and the mark is written anew.
@@ -645,12 +648,13 @@ func (d *dataDir) options(readOnly bool) *pebble.Options {
 
 // onlyLeftovers reports whether a dir that holds no Pebble database holds
 // nothing but what a first start that failed early leaves: Pebble's LOCK
-// and format version marker (pebble.Open makes them first), and files of
-// cellserver's own. Such a dir is taken as new.
+// and format version marker (pebble.Open makes them first), a MANIFEST the
+// marker naming it was not written for yet, and files of cellserver's own.
+// Such a dir is taken as new.
 func onlyLeftovers(names []string) bool {
 	for _, n := range names {
 		switch {
-		case n == "LOCK", strings.HasPrefix(n, "marker.format-version"),
+		case n == "LOCK", strings.HasPrefix(n, "marker.format-version"), strings.HasPrefix(n, "MANIFEST-"),
 			n == ballastFile, n == ballastFile+".tmp", n == markFile+".tmp", n == probeFile:
 		default:
 			return false
@@ -659,11 +663,21 @@ func onlyLeftovers(names []string) bool {
 	return true
 }
 
+// looksLikePebble reports whether dir holds a Pebble database: the marker
+// naming its current MANIFEST (CURRENT in older formats), or a MANIFEST
+// with data beside it (its marker lost: refused as corrupt). A MANIFEST
+// alone is a first start that stopped before Pebble wrote its marker.
 func looksLikePebble(names []string) bool {
+	manifest, data := false, false
 	for _, n := range names {
-		if strings.HasPrefix(n, "marker.manifest") || n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-") {
+		switch {
+		case strings.HasPrefix(n, "marker.manifest") || n == "CURRENT":
 			return true
+		case strings.HasPrefix(n, "MANIFEST-"):
+			manifest = true
+		case strings.HasSuffix(n, ".sst") || strings.HasSuffix(n, ".log") || n == markFile:
+			data = true
 		}
 	}
-	return false
+	return manifest && data
 }
