@@ -124,3 +124,28 @@ func TestBallastComesBackWithRoomAfterIt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(size), b)
 }
+
+// TestBallastStaysWhileABacklogGoesInParts: a backlog larger than the room
+// after the ballast is written in parts; the batches that do not fit wait
+// for the next attempt, and the ballast just written stays (it was deleted
+// again in the same attempt, and written again at the next, over and over).
+func TestBallastStaysWhileABacklogGoesInParts(t *testing.T) {
+	mem, setAvail := fullDisk()
+	var log lockedLog
+	const reserve, size = 1 << 20, 256 << 10
+	cfg := Config{Shards: 2, Clock: wallClock(), SweepInterval: -1, DataDir: "db", Fsync: FsyncEverySec, FS: mem,
+		MemTableSize: 1 << 20, DiskReserve: reserve, BallastSize: size, PersistInterval: time.Hour, Logger: log.logger()}
+	st, err := New(cfg)
+	require.NoError(t, err)
+	defer st.Close()
+	run(st, throttleOp("first", 5, 1, 3600, 1))
+	st.persistAll()
+	require.Eventually(t, func() bool { _, err := mem.Stat("db/" + ballastFile); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	setAvail(reserve / 2)
+	fillKeys(t, st, "k", 30000) // about 1 MiB waits
+	require.Eventually(t, func() bool { return log.lines("ballast deleted") == 1 }, 5*time.Second, 10*time.Millisecond)
+	setAvail(reserve + 2*size + 4096) // room for the ballast and a ballast's worth after it
+	require.Eventually(t, func() bool { _, err := mem.Stat("db/" + ballastFile); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(3 * time.Second) // the retries after the first part (1 s, then 2 s)
+	assert.Equal(t, 1, log.lines("ballast deleted"), "the ballast was deleted once, when the disk filled up")
+}

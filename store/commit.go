@@ -87,6 +87,7 @@ type persister struct {
 	// Write failures, touched by the committer only (see loop).
 	failed      []logBatch      // changes whose commit failed or waits, in order
 	failedBytes int64           // their size
+	failedCount int64           // their changes
 	broken      bool            // Pebble hit a fatal error: reopen needed
 	needSnap    map[*shard]bool // shards whose changes a resync will rewrite
 	resyncAsked bool            // a resync was requested and not finished
@@ -323,7 +324,6 @@ func (p *persister) loop() {
 			committed = p.commit(todo)
 		}
 		p.capFailed()
-		p.held.Store(p.failedChanges())
 		p.roundStep(committed, quitting)
 		synced := true
 		if committed && !p.broken && (p.policy != FsyncNo || quitting) {
@@ -336,10 +336,12 @@ func (p *persister) loop() {
 			p.resyncAsked = true
 			go p.resync()
 		}
+		p.held.Store(p.failedCount) // after sync, which may drop them (breakDB)
 		p.releaseWaiters(reqs, p.durable())
 		clear(reqs)
 		if quitting {
 			p.giveUp()
+			p.held.Store(0)
 			return
 		}
 		p.rearm()
@@ -364,7 +366,7 @@ func (p *persister) accept(reqs []commitReq) []logBatch {
 		}
 		todo = append(todo, lb)
 	}
-	p.failed, p.failedBytes = nil, 0
+	p.clearFailed()
 	for _, r := range reqs {
 		if len(r.group) > 0 {
 			todo = p.acceptGroup(todo, r.group, cur)
@@ -469,7 +471,10 @@ func (p *persister) commit(todo []logBatch) bool {
 	for i, lb := range todo {
 		n := uint64(lb.b.Len())
 		if n > budget {
-			p.fail(p.dd.space.short(n))
+			// The batches before it left the reserve whole: the ballast
+			// stays (deleting it here undid the write that had just put
+			// it back), and the rest waits for the next attempt.
+			p.fail(p.dd.space.full(n))
 			p.hold(todo[i:])
 			return committed
 		}
@@ -516,19 +521,16 @@ func (p *persister) probe() logBatch {
 	return logBatch{b: db.NewBatch(), db: db}
 }
 
-// failedChanges counts the changes held for the next attempt.
-func (p *persister) failedChanges() int64 {
-	var n int64
-	for _, lb := range p.failed {
-		n += lb.count
-	}
-	return n
+// clearFailed empties failed (its batches were taken, dropped or closed).
+func (p *persister) clearFailed() {
+	p.failed, p.failedBytes, p.failedCount = nil, 0, 0
 }
 
 // hold queues batches for the next attempt.
 func (p *persister) hold(lbs []logBatch) {
 	for _, lb := range lbs {
 		p.failedBytes += int64(lb.b.Len())
+		p.failedCount += lb.count
 	}
 	p.failed = append(p.failed, lbs...)
 }
@@ -549,7 +551,7 @@ func (p *persister) capFailed() {
 	p.log.Warn("persistence: too many changes wait for the disk; dropped them, every key will be rewritten from memory once writes succeed",
 		"bytes", p.failedBytes, "batches", len(p.failed))
 	p.drop(p.failed)
-	p.failed, p.failedBytes = nil, 0
+	p.clearFailed()
 	p.needAll()
 }
 
@@ -571,7 +573,7 @@ func (p *persister) breakDB(db *pebble.DB, cause errPebbleFatal) {
 	}
 	p.broken = true
 	p.drop(p.failed)
-	p.failed, p.failedBytes = nil, 0
+	p.clearFailed()
 	p.setDiskLive(false)
 	_ = guardAll(db.Close)
 	p.needAll()
@@ -780,7 +782,7 @@ func (p *persister) giveUp() {
 		}
 		p.log.Error("persistence: changes could not be written before shutdown", "changes", n, "records", recs, "err", p.errText())
 		p.drop(p.failed)
-		p.failed, p.failedBytes = nil, 0
+		p.clearFailed()
 	}
 	if len(p.needSnap) > 0 {
 		var keys int64

@@ -123,7 +123,7 @@ var errNoSpace = errors.New("store: no space left on device")
 // being of first bytes, of all waiting. It writes the ballast first if it
 // is missing and there is room for it and what waits (see resume), so that
 // the two do not take turns.
-// With no room it deletes the ballast and says why (see short). A file
+// With no room it deletes the ballast and says why (see shortLocked). A file
 // system that reports no usage (some test ones) has no limit.
 func (d *diskSpace) budget(first, all uint64) (uint64, error) {
 	d.mu.Lock()
@@ -160,22 +160,23 @@ func (d *diskSpace) budget(first, all uint64) (uint64, error) {
 		}
 	}
 	if avail < d.reserve+first {
-		return 0, d.shortLocked(avail, first)
+		return 0, d.shortLocked(avail, d.resume(first, all)-d.reserve-d.size)
 	}
 	return avail - d.reserve, nil
 }
 
-// short deletes the ballast, n bytes of changes not fitting in the budget.
-func (d *diskSpace) short(n uint64) error {
+// full is the error for n bytes of changes that do not fit in what budget
+// allowed after the batches before them: the ballast stays.
+func (d *diskSpace) full(n uint64) error {
 	avail := uint64(0)
 	if u, err := d.fs.GetDiskUsage(d.dir); err == nil {
 		avail = u.AvailBytes
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.shortLocked(avail, n)
+	return fmt.Errorf("%w: %s free in %s; the next %s to write would leave less than the reserve of %s for Pebble",
+		errNoSpace, mib(avail), d.dir, mib(n), mib(d.reserve))
 }
 
+// shortLocked deletes the ballast, n bytes of changes not fitting.
 func (d *diskSpace) shortLocked(avail, n uint64) error {
 	d.releaseLocked(avail)
 	return fmt.Errorf("%w: %s free in %s; writes resume once %s are (a reserve of %s for Pebble, %s for the ballast, %s to write)",
