@@ -145,7 +145,8 @@ func TestBallastStaysWhileABacklogGoesInParts(t *testing.T) {
 	fillKeys(t, st, "k", 30000) // about 1 MiB waits
 	require.Eventually(t, func() bool { return log.lines("ballast deleted") == 1 }, 5*time.Second, 10*time.Millisecond)
 	setAvail(reserve + 2*size + 4096) // room for the ballast and a ballast's worth after it
-	require.Eventually(t, func() bool { _, err := mem.Stat("db/" + ballastFile); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	// (At the next attempt: the retries back off up to 30 s.)
+	require.Eventually(t, func() bool { _, err := mem.Stat("db/" + ballastFile); return err == nil }, 35*time.Second, 10*time.Millisecond)
 	time.Sleep(3 * time.Second) // the retries after the first part (1 s, then 2 s)
 	assert.Equal(t, 1, log.lines("ballast deleted"), "the ballast was deleted once, when the disk filled up")
 }
