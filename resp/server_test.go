@@ -105,6 +105,12 @@ func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return ping(addr) == "+PONG\r\n" }, 10*time.Second, 50*time.Millisecond,
 		"the server must serve again once descriptors are free")
+	// The child's log reaches us through a pipe: its last line may follow
+	// the PONG that ended the spell.
+	require.Eventually(t, func() bool {
+		out := logs.String()
+		return strings.Count(out, "accepting connections again") >= strings.Count(out, "accepting a connection failed")
+	}, 10*time.Second, 50*time.Millisecond, "the end of the spell is logged:\n%s", logs.String())
 	out := logs.String()
 	require.NotContains(t, out, "Serve returned", "the server must not stop")
 	// Once per failing spell, not once per refused client: a client that
