@@ -588,6 +588,13 @@ func (p *persister) tryReopen(resync bool) {
 		return
 	}
 	p.log.Warn("persistence: data dir reopened; rewriting every key from memory")
+	// A commit applied before the fatal error may not have reached the
+	// WAL: the count goes on from the last one the log holds, or a later
+	// check (countGaps) would see its records as missing.
+	if n, ok, err := lastCount(db); err == nil && ok && n < p.recs {
+		p.log.Warn("persistence: the reopened log lacks the last commits; counting on from its last", "count", n, "counted", p.recs)
+		p.recs = n
+	}
 	p.dbp.Store(db)
 	p.setDiskLive(true)
 	p.broken, p.holding = false, false

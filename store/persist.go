@@ -118,6 +118,38 @@ var errCorruptLog = errors.New("store: corrupt log record")
 // ErrDataDirInUse: another process holds the data dir's lock.
 var ErrDataDirInUse = errors.New("store: data dir is in use by another process")
 
+// lastCount reads the count of the newest commit the log holds (ok false
+// with none among its last maxCountScan records). A commit's count record
+// is numbered after its records, so it is normally the log's last key.
+func lastCount(db *pebble.DB) (n uint64, ok bool, err error) {
+	err = guardAll(func() error {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
+		if err != nil {
+			return err
+		}
+		scanned := 0
+		for valid := it.Last(); valid && scanned < maxCountScan; valid = it.Prev() {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				_ = it.Close()
+				return err
+			}
+			if len(v) == 9 && v[0] == recCount {
+				n, ok = binary.BigEndian.Uint64(v[1:]), true
+				break
+			}
+			scanned++
+		}
+		return errors.Join(it.Error(), it.Close())
+	})
+	return n, ok, err
+}
+
+// maxCountScan bounds lastCount's walk back through records without a
+// count (a dir converted from cellserver/1 has no count until its first
+// commit).
+const maxCountScan = 1 << 16
+
 func logKey(dst *[logKeyLen]byte, seq uint64) []byte {
 	dst[0] = prefixLog
 	binary.BigEndian.PutUint64(dst[1:], seq)

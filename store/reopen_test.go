@@ -153,3 +153,33 @@ func TestCloseReopensBrokenDB(t *testing.T) {
 	assert.Len(t, todo, 1)
 	assert.True(t, p.commit(todo))
 }
+
+// TestReopenCountsOnFromTheLog: a commit Pebble took but lost with the DB
+// that broke (its WAL write failed) is not in the reopened log: the count
+// goes on from the last commit the log holds, so that the log's counts
+// stay contiguous (countGaps would see the lost commit's records as cut
+// from a WAL).
+func TestReopenCountsOnFromTheLog(t *testing.T) {
+	r := newReopenRig(t)
+	p := r.p
+	r.change("a")
+	require.True(t, p.commit(p.accept(r.received())))
+	require.Equal(t, uint64(1), p.recs)
+	p.recs += 3 // a commit of 3 records whose WAL write then failed
+	p.breakDB(p.db(), errPebbleFatal{msg: "injected: WAL write failed"})
+	p.tryReopen(false)
+	require.False(t, p.broken)
+	assert.Equal(t, uint64(1), p.recs, "counting on from the log's last commit")
+
+	r.snap()
+	require.True(t, p.commit(p.accept(r.received())))
+	afterSnap := p.recs
+	r.change("b")
+	require.True(t, p.commit(p.accept(r.received())))
+	n, ok, err := lastCount(p.db())
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, p.recs, n)
+	assert.Equal(t, afterSnap+1, n)
+	assert.Less(t, n, uint64(1+3), "the lost commit's 3 records are not counted")
+}
