@@ -39,8 +39,15 @@ func TestFirstStartFailedInsideOpenRetried(t *testing.T) {
 	t.Logf("left behind: %v", names)
 
 	failing.Store(false)
+	startsAnew(t, cfg, "left behind: %v", names)
+}
+
+// startsAnew opens cfg's data dir, which holds no data, writes a key and
+// checks that the next open loads it.
+func startsAnew(t *testing.T, cfg Config, msgAndArgs ...any) {
+	t.Helper()
 	st, err := New(cfg)
-	require.NoError(t, err, "left behind: %v", names)
+	require.NoError(t, err, msgAndArgs...)
 	run(st, throttleOp("k", 5, 1, 3600, 1))
 	require.NoError(t, st.Close())
 	st, err = New(cfg)
@@ -153,12 +160,5 @@ func TestFirstStartStoppedBeforeManifestMarker(t *testing.T) {
 		}
 		require.NoError(t, os.Remove(filepath.Join(dir, n)))
 	}
-	st, err = New(cfg)
-	require.NoError(t, err, "no data: taken as new")
-	run(st, throttleOp("k", 5, 1, 3600, 1))
-	require.NoError(t, st.Close())
-	st, err = New(cfg)
-	require.NoError(t, err)
-	defer st.Close()
-	assert.Equal(t, int64(1), st.PersistStats().KeysLoaded)
+	startsAnew(t, cfg, "no data: taken as new")
 }

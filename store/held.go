@@ -79,6 +79,9 @@ func (w *waitGroup) fail() { w.lost.Store(true) }
 // lost reports, once, whether the hold's changes were given up at Close
 // instead of synced (see failer).
 func (h *hold) lost() bool {
+	if !h.wg.lost.Load() && !h.synced.lost.Load() {
+		return false // every call but one at a Close while writes fail: loads only
+	}
 	a, b := h.wg.lost.Swap(false), h.synced.lost.Swap(false)
 	return a || b
 }

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -448,8 +447,8 @@ func batchCount(repr []byte) (count, recs uint64, ok bool) {
 		if kind != pebble.InternalKeyKindSet || len(k) != logKeyLen || k[0] != prefixLog {
 			continue
 		}
-		if len(v) == 9 && v[0] == recCount {
-			count, ok = binary.BigEndian.Uint64(v[1:]), true
+		if n, isCount := countRecord(v); isCount {
+			count, ok = n, true
 		} else {
 			recs++
 		}

@@ -134,8 +134,7 @@ func lastCount(db *pebble.DB) (n uint64, ok bool, err error) {
 				_ = it.Close()
 				return err
 			}
-			if len(v) == 9 && v[0] == recCount {
-				n, ok = binary.BigEndian.Uint64(v[1:]), true
+			if n, ok = countRecord(v); ok {
 				break
 			}
 			scanned++
@@ -181,6 +180,15 @@ func appendKeyEntry(dst []byte, kind byte, slot int, key []byte) []byte {
 // appendCount appends "n records committed so far" to a record.
 func appendCount(dst []byte, n uint64) []byte {
 	return binary.BigEndian.AppendUint64(append(dst, recCount), n)
+}
+
+// countRecord decodes a log record that is a commit's count alone (what
+// the committer writes with appendCount); ok is false for any other record.
+func countRecord(v []byte) (n uint64, ok bool) {
+	if len(v) != 9 || v[0] != recCount {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(v[1:]), true
 }
 
 // appendDrop appends "slots [lo, hi) are empty" to a record.

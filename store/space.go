@@ -140,8 +140,8 @@ func (d *diskSpace) budget(first, all uint64) (uint64, error) {
 	}
 	avail := u.AvailBytes
 	if !d.ballast && d.size > 0 && (!d.failed || !time.Now().Before(d.retryAt)) {
-		if need := d.resume(first, all); avail < need {
-			return 0, d.shortLocked(avail, need-d.reserve-d.size)
+		if avail < d.resume(first, all) {
+			return 0, d.shortLocked(avail, first, all)
 		}
 		switch err := d.writeBallast(); {
 		case err == nil:
@@ -160,7 +160,7 @@ func (d *diskSpace) budget(first, all uint64) (uint64, error) {
 		}
 	}
 	if avail < d.reserve+first {
-		return 0, d.shortLocked(avail, d.resume(first, all)-d.reserve-d.size)
+		return 0, d.shortLocked(avail, first, all)
 	}
 	return avail - d.reserve, nil
 }
@@ -176,11 +176,13 @@ func (d *diskSpace) full(n uint64) error {
 		errNoSpace, mib(avail), d.dir, mib(n), mib(d.reserve))
 }
 
-// shortLocked deletes the ballast, n bytes of changes not fitting.
-func (d *diskSpace) shortLocked(avail, n uint64) error {
+// shortLocked deletes the ballast, the changes waiting (first bytes of
+// all) not fitting, and says when writes resume.
+func (d *diskSpace) shortLocked(avail, first, all uint64) error {
 	d.releaseLocked(avail)
+	need := d.resume(first, all)
 	return fmt.Errorf("%w: %s free in %s; writes resume once %s are (a reserve of %s for Pebble, %s for the ballast, %s to write)",
-		errNoSpace, mib(avail), d.dir, mib(d.reserve+d.size+n), mib(d.reserve), mib(d.size), mib(n))
+		errNoSpace, mib(avail), d.dir, mib(need), mib(d.reserve), mib(d.size), mib(need-d.reserve-d.size))
 }
 
 // resume is the free space that writing the ballast back needs, the first

@@ -764,7 +764,8 @@ func (ss *Session) runBatches() {
 	ss.send()
 	ss.sig.wait(ss.home)
 	st.leave()
-	if ss.sig.lost.Swap(false) {
+	if ss.sig.lost.Load() { // set only at a Close while writes fail
+		ss.sig.lost.Store(false)
 		ss.failClosed() // their changes are not on disk: no acknowledgement
 		return
 	}

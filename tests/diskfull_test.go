@@ -75,6 +75,21 @@ func throttleKeys(t *testing.T, rdb *redis.Client, keys []string, q int, remaini
 	return n
 }
 
+// fillDisk makes n keys named prefix+i with one call each (allowed, 9 of
+// 10 left) and waits until the server reports that the disk filled up.
+func fillDisk(t *testing.T, rdb *redis.Client, prefix string, n int) []string {
+	t.Helper()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	require.Equal(t, len(keys), throttleKeys(t, rdb, keys, 1, 9), "every first call is allowed")
+	require.Eventually(t, func() bool {
+		return strings.Contains(rdb.Info(context.Background(), "persistence").Val(), "last_write_status:err")
+	}, 15*time.Second, 100*time.Millisecond, "the disk never filled up: the test proves nothing")
+	return keys
+}
+
 // TestFullDiskKeepsServing fills a 24 MiB tmpfs data dir while clients
 // write 200,000 new keys: the server keeps answering from memory, holds
 // still while the disk is full (almost no CPU, almost no log lines), and
@@ -89,15 +104,7 @@ func TestFullDiskKeepsServing(t *testing.T) {
 	dir := filepath.Join(mnt, "data")
 	srv := startServer(t, "--data-dir", dir)
 	rdb := srv.Client(t)
-	keys := make([]string, 200_000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("full:%d", i)
-	}
-	// Each key's first call: allowed, 9 of 10 left.
-	require.Equal(t, len(keys), throttleKeys(t, rdb, keys, 1, 9), "every first call is allowed")
-	require.Eventually(t, func() bool {
-		return strings.Contains(rdb.Info(context.Background(), "persistence").Val(), "last_write_status:err")
-	}, 15*time.Second, 100*time.Millisecond, "the disk never filled up: the test proves nothing")
+	keys := fillDisk(t, rdb, "full:", 200_000)
 	assert.Contains(t, rdb.Info(context.Background(), "persistence").Val(), "no space left on device")
 
 	// Full and idle: next to no CPU and no log lines for 10 s.
@@ -200,14 +207,7 @@ func TestTinyDiskFilledStillOpens(t *testing.T) {
 	dir := filepath.Join(mnt, "data")
 	srv := startServer(t, "--data-dir", dir)
 	rdb := srv.Client(t)
-	keys := make([]string, 100_000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("tiny:%d", i)
-	}
-	require.Equal(t, len(keys), throttleKeys(t, rdb, keys, 1, 9))
-	require.Eventually(t, func() bool {
-		return strings.Contains(rdb.Info(context.Background(), "persistence").Val(), "last_write_status:err")
-	}, 15*time.Second, 100*time.Millisecond, "the disk never filled up: the test proves nothing")
+	keys := fillDisk(t, rdb, "tiny:", 100_000)
 	require.Equal(t, 0, srv.Stop())
 
 	srv2 := startServer(t, "--data-dir", dir)
