@@ -100,9 +100,16 @@ func TestBallastComesBackWithRoomAfterIt(t *testing.T) {
 	var log lockedLog
 	const reserve, size, first, all = 4 << 20, 2 << 20, 4096, 1 << 20
 	d := newDiskSpace(mem, "db", &Config{DiskReserve: reserve, BallastSize: size, Logger: log.logger()})
+	// Written with the first batch, then deleted when the disk fills up.
+	_, err := d.budget(first, first)
+	require.NoError(t, err)
+	setAvail(reserve / 2)
+	_, err = d.budget(first, first)
+	require.ErrorIs(t, err, errNoSpace)
+	require.Equal(t, 1, log.lines("ballast deleted"))
 
 	setAvail(reserve + size + first) // the ballast and the first batch fit, not the rest
-	_, err := d.budget(first, all)
+	_, err = d.budget(first, all)
 	require.ErrorIs(t, err, errNoSpace)
 	assert.Contains(t, err.Error(), "writes resume once 7.0 MiB are")
 	_, err = mem.Stat(d.path())
@@ -149,4 +156,22 @@ func TestBallastStaysWhileABacklogGoesInParts(t *testing.T) {
 	require.Eventually(t, func() bool { _, err := mem.Stat("db/" + ballastFile); return err == nil }, 35*time.Second, 10*time.Millisecond)
 	time.Sleep(3 * time.Second) // the retries after the first part (1 s, then 2 s)
 	assert.Equal(t, 1, log.lines("ballast deleted"), "the ballast was deleted once, when the disk filled up")
+}
+
+// TestBallastFirstWriteNeedsRoomForTheFirstBatch: the ballast's first write
+// (at a start, or never deleted for lack of space) waits for room for the
+// first batch alone, whatever waits behind it: on a small disk, room for a
+// ballast's worth of backlog too may never come, and nothing was written.
+func TestBallastFirstWriteNeedsRoomForTheFirstBatch(t *testing.T) {
+	mem, setAvail := fullDisk()
+	require.NoError(t, mem.MkdirAll("db", 0o755))
+	var log lockedLog
+	const reserve, size, first = 4 << 20, 2 << 20, 4096
+	d := newDiskSpace(mem, "db", &Config{DiskReserve: reserve, BallastSize: size, Logger: log.logger()})
+	setAvail(reserve + size + first)
+	b, err := d.budget(first, 64<<20)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(first), b)
+	_, err = mem.Stat(d.path())
+	require.NoError(t, err, "written")
 }

@@ -26,7 +26,8 @@ import (
 // flight can finish and a restart can flush its WAL; it is written again
 // before writes resume, which therefore needs reserve + ballast + the
 // changes waiting free (up to another ballast's worth of them, so that a
-// large backlog can still go in parts). Room for the first waiting batch
+// large backlog can still go in parts; the first write of the ballast
+// needs room for the first batch alone). Room for the first waiting batch
 // alone was not enough: under load near a full disk the batches after it
 // took the room at once, and the ballast was deleted and written again
 // about once a second.
@@ -50,6 +51,9 @@ type diskSpace struct {
 	retryAt time.Time
 	// The dir was last found writable (a file created there) at probedAt.
 	probedAt time.Time
+	// released: the ballast was deleted for lack of space, so writing it
+	// back waits for room for the changes waiting too (see resume).
+	released bool
 }
 
 // probeEvery is how often at most budget checks that a file can be
@@ -185,9 +189,15 @@ func (d *diskSpace) shortLocked(avail, first, all uint64) error {
 		errNoSpace, mib(avail), d.dir, mib(need), mib(d.reserve), mib(d.size), mib(need-d.reserve-d.size))
 }
 
-// resume is the free space that writing the ballast back needs, the first
-// waiting write being of first bytes, of all waiting (see diskSpace).
+// resume is the free space that writing the ballast needs, the first
+// waiting write being of first bytes, of all waiting: room for the first
+// alone the first time, and once it was deleted for lack of space, room
+// for the changes waiting too (see diskSpace), which on a small disk may
+// not come back before the backlog is dropped.
 func (d *diskSpace) resume(first, all uint64) uint64 {
+	if !d.released {
+		return d.reserve + d.size + first
+	}
 	return d.reserve + d.size + max(first, min(all, d.size))
 }
 
@@ -210,7 +220,7 @@ func (d *diskSpace) releaseLocked(avail uint64) {
 		d.log.Error("persistence: cannot delete the ballast", "file", d.path(), "err", oneLine(err.Error()))
 		return
 	}
-	d.ballast = false
+	d.ballast, d.released = false, true
 	d.log.Warn("persistence: disk nearly full; ballast deleted to leave Pebble room, writes wait in memory", "dir", d.dir, "free", mib(avail), "ballast", mib(d.size))
 }
 

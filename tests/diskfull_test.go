@@ -207,6 +207,16 @@ func TestTinyDiskFilledStillOpens(t *testing.T) {
 	dir := filepath.Join(mnt, "data")
 	srv := startServer(t, "--data-dir", dir)
 	rdb := srv.Client(t)
+	// Written while there is room: these must survive the restart.
+	early := make([]string, 1000)
+	for i := range early {
+		early[i] = fmt.Sprintf("early:%d", i)
+	}
+	require.Equal(t, len(early), throttleKeys(t, rdb, early, 1, 9))
+	require.Eventually(t, func() bool {
+		info := rdb.Info(context.Background(), "persistence").Val()
+		return strings.Contains(info, "changes_pending:0\r") && strings.Contains(info, "last_write_status:ok")
+	}, 15*time.Second, 50*time.Millisecond, "the first keys are written while there is room")
 	keys := fillDisk(t, rdb, "tiny:", 100_000)
 	require.Equal(t, 0, srv.Stop())
 
@@ -215,4 +225,5 @@ func TestTinyDiskFilledStillOpens(t *testing.T) {
 	loaded := infoInt(t, rdb2, "persistence", "loaded_keys")
 	t.Logf("keys loaded after the restart: %d of %d", loaded, len(keys))
 	assert.Positive(t, loaded, "what was written before the disk filled up is there")
+	assert.GreaterOrEqual(t, loaded, int64(len(early)))
 }
