@@ -426,7 +426,7 @@ func (p *persister) acceptOne(todo []logBatch, r commitReq, cur *pebble.DB) []lo
 		return todo
 	}
 	if r.snap {
-		delete(p.needSnap, r.sh)
+		p.rewritten(r.sh)
 	}
 	if p.needSnap[r.sh] {
 		_ = r.b.Close() // memory is the truth; the resync rewrites it
@@ -440,7 +440,7 @@ func (p *persister) acceptOne(todo []logBatch, r commitReq, cur *pebble.DB) []lo
 func (p *persister) stale(b *pebble.Batch, sh *shard) {
 	_ = b.Close()
 	if sh != nil && !p.needSnap[sh] {
-		p.needSnap[sh] = true
+		p.needRewrite(sh)
 		p.resyncAsked = false
 	}
 }
@@ -558,9 +558,22 @@ func (p *persister) capFailed() {
 // needAll has every shard's changes wait for a resync.
 func (p *persister) needAll() {
 	for _, sh := range p.shards {
-		p.needSnap[sh] = true
+		p.needRewrite(sh)
 	}
 	p.resyncAsked = false
+}
+
+// needRewrite notes that sh's changes wait for a resync (its keys are then
+// counted as pending in INFO, as they are what a crash now would lose).
+func (p *persister) needRewrite(sh *shard) {
+	p.needSnap[sh] = true
+	sh.unwritten.Store(true)
+}
+
+// rewritten notes that sh's resync batch has reached the committer.
+func (p *persister) rewritten(sh *shard) {
+	delete(p.needSnap, sh)
+	sh.unwritten.Store(false)
 }
 
 // breakDB gives up on a DB whose commit pipeline failed: closing it
@@ -799,6 +812,19 @@ func (p *persister) giveUp() {
 		p.log.Error("persistence: keys could not be rewritten before shutdown; the data dir lacks their changes since writes failed",
 			"shards", len(p.needSnap), "keys", keys, "err", p.errText())
 	}
+}
+
+// unwrittenKeys counts the keys of the shards whose changes were dropped
+// and wait for a resync: until it is written, all of them are out of date
+// on disk.
+func (p *persister) unwrittenKeys() int64 {
+	var n int64
+	for _, sh := range p.shards {
+		if sh.unwritten.Load() {
+			n += sh.nkeys.Load()
+		}
+	}
+	return n
 }
 
 // errText is the last write error, or "".

@@ -296,7 +296,7 @@ type PersistStats struct {
 	Changes       int64
 	LastFsync     time.Time
 	DiskBytes     uint64
-	Pending       int64 // changes waiting to be committed
+	Pending       int64 // changes waiting to be committed, and the keys of shards waiting to be rewritten
 	Snapshots     int64 // snapshot rounds finished (old records deleted)
 	// CorruptRecordsLost is how many synced log records a damaged data dir
 	// had lost when it was loaded anyway (Config.RecoverCorrupt).

@@ -70,6 +70,10 @@ type shard struct {
 	expired  atomic.Int64
 	bytes    atomic.Int64
 	expires  int64 // owner's copy of nexpires
+
+	// unwritten mirrors the committer's needSnap for INFO: the shard's
+	// changes were dropped and its keys wait to be rewritten.
+	unwritten atomic.Bool
 }
 
 func newShard(id int, seed maphash.Seed, cfg Config, p *persister) *shard {

@@ -144,9 +144,14 @@ func TestFailedBacklogDroppedThenResynced(t *testing.T) {
 		}()
 	}
 	require.Eventually(t, func() bool { return log.lines("dropped them") > 0 }, 5*time.Second, 10*time.Millisecond)
+	// Dropped changes are still pending (INFO changes_pending): every key
+	// of the shards waiting for the rewrite, here all 300 once decided.
+	require.Eventually(t, func() bool { return st.Stats().Keys == 300 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return st.PersistStats().Pending == 300 }, 5*time.Second, 10*time.Millisecond,
+		"pending %d", st.PersistStats().Pending)
 	setAvail(1 << 30)
 	wg.Wait()
-	require.Eventually(t, func() bool { return st.PersistErr() == nil && st.p.pending.Load() == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return st.PersistErr() == nil && st.PersistStats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
 	// The rewrite runs on the shards after the committer asks for it.
 	require.Eventually(t, func() bool {
 		return st.PersistStats().Changes >= 300

@@ -348,7 +348,7 @@ func (s *Store) PersistStats() PersistStats {
 		Changes:       p.changes.Load(),
 		LastFsync:     time.Unix(0, p.lastFsync.Load()),
 		DiskBytes:     p.diskBytes(),
-		Pending:       p.pending.Load() + p.held.Load(),
+		Pending:       p.pending.Load() + p.held.Load() + p.unwrittenKeys(),
 		Snapshots:     p.snapshots.Load(),
 
 		CorruptRecordsLost: p.corruptLost.Load(),
