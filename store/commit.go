@@ -91,6 +91,7 @@ type persister struct {
 	broken      bool            // Pebble hit a fatal error: reopen needed
 	needSnap    map[*shard]bool // shards whose changes a resync will rewrite
 	resyncAsked bool            // a resync was requested and not finished
+	perKey      uint64          // bytes per key of the last rewrite accepted (setSize before one)
 	failing     bool            // since the first failure of a run, until a write succeeds
 	holding     bool            // the last attempt failed: changes wait for the next
 	failStart   time.Time
@@ -144,7 +145,14 @@ type logBatch struct {
 	count int64
 	recs  int64
 	sh    *shard // nil: the committer's own (a probe)
+	// room is what the space check asks for this batch if more than its
+	// length: a probe standing for the rewrite it lets through.
+	room  uint64
+	probe bool // made by probe: not held when it fails, as it holds no change
 }
+
+// size is what the space check asks for lb.
+func (lb *logBatch) size() uint64 { return max(uint64(lb.b.Len()), lb.room) }
 
 // errPebbleFatal marks an error Pebble reported through Logger.Fatalf: its
 // commit pipeline cannot be used again, so the DB is reopened.
@@ -166,6 +174,7 @@ func newPersister(db *pebble.DB, policy Fsync, log *slog.Logger) *persister {
 		done:        make(chan struct{}),
 		snapMin:     snapMinBytes,
 		needSnap:    map[*shard]bool{},
+		perKey:      setSize,
 		backoff:     time.Second,
 	}
 	p.dbp.Store(db)
@@ -427,12 +436,13 @@ func (p *persister) acceptOne(todo []logBatch, r commitReq, cur *pebble.DB) []lo
 	}
 	if r.snap {
 		p.rewritten(r.sh)
+		p.perKey = max(uint64(r.b.Len())/uint64(max(r.count, 1)), 1)
 	}
 	if p.needSnap[r.sh] {
 		_ = r.b.Close() // memory is the truth; the resync rewrites it
 		return todo
 	}
-	return append(todo, logBatch{r.b, r.db, r.count, r.recs, r.sh})
+	return append(todo, logBatch{b: r.b, db: r.db, count: r.count, recs: r.recs, sh: r.sh})
 }
 
 // stale drops a batch of a DB since closed: its shard's changes wait for a
@@ -457,9 +467,9 @@ func (p *persister) commit(todo []logBatch) bool {
 		var err error
 		var all uint64
 		for _, lb := range todo {
-			all += uint64(lb.b.Len())
+			all += lb.size()
 		}
-		if budget, err = p.dd.space.budget(uint64(todo[0].b.Len()), all); err != nil {
+		if budget, err = p.dd.space.budget(todo[0].size(), all); err != nil {
 			p.fail(err)
 			p.hold(todo)
 			return false
@@ -516,9 +526,23 @@ func (p *persister) commit(todo []logBatch) bool {
 
 // probe is a batch that records the commit count alone: a retry with
 // nothing queued writes it to learn whether writes work again.
+//
+// While shards wait for a rewrite (their changes were dropped), it stands
+// for the rewrite that its success lets through, which is every shard's
+// keys (see Store.resync): the space check asks for room for that. With
+// room for the probe alone, the spell ended, the rewrite did not fit, was
+// dropped again, and the next retry began over, every second or two: the
+// whole keyspace rebuilt in memory and the ballast written and deleted
+// each time (seen on a full ext4 disk holding 3M keys).
 func (p *persister) probe() logBatch {
 	db := p.db()
-	return logBatch{b: db.NewBatch(), db: db}
+	lb := logBatch{b: db.NewBatch(), db: db, probe: true}
+	if len(p.needSnap) > 0 {
+		for _, sh := range p.shards {
+			lb.room += uint64(sh.nkeys.Load())*p.perKey + 2*logKeyLen
+		}
+	}
+	return lb
 }
 
 // clearFailed empties failed (its batches were taken, dropped or closed).
@@ -529,10 +553,14 @@ func (p *persister) clearFailed() {
 // hold queues batches for the next attempt.
 func (p *persister) hold(lbs []logBatch) {
 	for _, lb := range lbs {
+		if lb.probe {
+			_ = lb.b.Close() // the next retry makes another
+			continue
+		}
 		p.failedBytes += int64(lb.b.Len())
 		p.failedCount += lb.count
+		p.failed = append(p.failed, lb)
 	}
-	p.failed = append(p.failed, lbs...)
 }
 
 // drop closes batches a resync will cover.

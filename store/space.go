@@ -149,7 +149,7 @@ func (d *diskSpace) budget(first, all uint64) (uint64, error) {
 		}
 		switch err := d.writeBallast(); {
 		case err == nil:
-			if d.failed {
+			if d.failed || d.released {
 				d.log.Info("persistence: ballast written", "file", d.path())
 			}
 			d.ballast, d.failed = true, false

@@ -163,6 +163,68 @@ func TestFailedBacklogDroppedThenResynced(t *testing.T) {
 	assert.Equal(t, int64(300), st.PersistStats().KeysLoaded)
 }
 
+// TestDroppedBacklogWaitsForRoomForTheRewrite: after a backlog was dropped,
+// writes resume only once there is room for the rewrite of every key, not
+// for the retry's probe alone. With room for the probe alone, each retry
+// ended the spell, the rewrite (the whole keyspace) was built, did not fit,
+// was dropped, and the ballast was written and deleted again, every second
+// or two, until space came back.
+func TestDroppedBacklogWaitsForRoomForTheRewrite(t *testing.T) {
+	defer func(v int64) { maxFailedBytes = v }(maxFailedBytes)
+	maxFailedBytes = 1
+	mem, setAvail := fullDisk()
+	var log lockedLog
+	cfg := failCfg(mem, &log)
+	st, err := New(cfg)
+	require.NoError(t, err)
+	const keys = 20_000 // a rewrite of about 700 KiB
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < keys; i += 8 {
+				run(st, throttleOp(fmt.Sprint("key:", i), 5, 1, 3600, 1))
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(keys), st.Stats().Keys)
+
+	// Full: the next changes wait, are dropped, and every key waits for a
+	// rewrite. Then room for the reserve, the ballast and a little more,
+	// not for the rewrite.
+	reserve, ballast := uint64(4<<20+openSlack), uint64(2<<20)
+	setAvail(1 << 20)
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(st, throttleOp(fmt.Sprint("key:", i), 5, 1, 3600, 1))
+		}()
+	}
+	require.Eventually(t, func() bool { return log.lines("dropped them") == 1 }, 5*time.Second, 10*time.Millisecond)
+	setAvail(reserve + ballast + 100<<10)
+	changes := st.PersistStats().Changes
+	time.Sleep(3500 * time.Millisecond) // the retries come every second
+	assert.Equal(t, 1, log.lines("dropped them"), "the rewrite was not built, to be dropped again")
+	assert.Equal(t, 1, log.lines("ballast deleted"), "the ballast was not written and deleted again")
+	assert.Zero(t, log.lines("ballast written"))
+	assert.Equal(t, changes, st.PersistStats().Changes, "nothing was written")
+	require.ErrorContains(t, st.PersistErr(), "writes resume once")
+	assert.Equal(t, int64(keys), st.PersistStats().Pending, "every key waits for the rewrite")
+
+	setAvail(1 << 30)
+	wg.Wait()
+	require.Eventually(t, func() bool { return st.PersistErr() == nil && st.PersistStats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, log.lines("ballast written"), "written back once, and said so")
+	require.NoError(t, st.Close())
+	st, err = New(cfg)
+	require.NoError(t, err)
+	defer st.Close()
+	assert.Equal(t, int64(keys), st.PersistStats().KeysLoaded)
+}
+
 // TestWriteRetryBackoff: the wait before the next attempt after a failed
 // write doubles from 1 s to 30 s; a lack of space is checked every second;
 // success starts over. The run of failures is logged once each way.
