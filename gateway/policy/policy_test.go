@@ -488,6 +488,8 @@ func TestRefusals(t *testing.T) {
 		{head + "- key: k\n  rate_limit: {unit: hour, requests_per_unit: 5, algorithm: gcra, burst: 2, cost: 3}\n", `cost 3 is above the limit's 2`},
 		{head + "- key: k\n  rate_limit: {unit: hour, requests_per_unit: 5, cost: 0}\n", `cost: want an integer from 1`},
 		{head + "- key: k\n  rate_limit: {unit: second, requests_per_unit: 4294967295, algorithm: gcra}\n", `rate too high`},
+		{head + "- key: k\n  rate_limit: {unit: day, requests_per_unit: 1, algorithm: gcra, burst: 200000}\n", `burst 200000 at 1 per day takes longer than 36 years to drain`},
+		{head + "- key: k\n  rate_limit: {unit: month, requests_per_unit: 10, algorithm: gcra, burst: 100000}\n", `takes longer than 36 years to drain`},
 		{"domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: second\n", "policy: document 1: yaml:"},
 		{"domain: " + strings.Repeat("x", MaxDomainBytes+1) + "\n", "domain: longer than 128 bytes"},
 		// Names: one per limit in a domain, and header-safe.
@@ -588,6 +590,56 @@ func TestMatchAllocations(t *testing.T) {
 	out := make([]Match, 0, 4)
 	allocs := testing.AllocsPerRun(100, func() { out = c.MatchAll("example7", ds, out[:0]) })
 	assert.Equal(t, 2.0, allocs, "two keys (the third descriptor matches nothing)")
+}
+
+// sameNames is a policy of n rules whose generated names all sanitize to
+// "d-k_aaaaaaaaaaaaaaaaaaaa", the values differing only in case, after
+// explicit names taking its "-2" and "-4".
+func sameNames(n int) []byte {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	b.WriteString("  - {key: x, rate_limit: {name: d-k_aaaaaaaaaaaaaaaaaaaa-2, unit: second, requests_per_unit: 1}}\n")
+	b.WriteString("  - {key: y, rate_limit: {name: d-k_aaaaaaaaaaaaaaaaaaaa-4, unit: second, requests_per_unit: 1}}\n")
+	for i := range n {
+		v := []byte(strings.Repeat("a", 20))
+		for j := range v {
+			if i>>j&1 == 1 {
+				v[j] = 'A'
+			}
+		}
+		fmt.Fprintf(&b, "  - {key: k, value: %s, rate_limit: {unit: second, requests_per_unit: 1}}\n", v)
+	}
+	return []byte(b.String())
+}
+
+// Generated names that collide take the next free suffix, in file order,
+// around explicit names.
+func TestGeneratedNamesCollide(t *testing.T) {
+	c, err := Parse(sameNames(2000))
+	require.NoError(t, err)
+	ls := c.Limits("d")
+	require.Len(t, ls, 2002)
+	seen := map[string]bool{}
+	for _, l := range ls {
+		require.False(t, seen[l.Name], l.Name)
+		seen[l.Name] = true
+	}
+	const base = "d-k_aaaaaaaaaaaaaaaaaaaa"
+	assert.Equal(t, base, ls[2].Name)
+	assert.Equal(t, base+"-3", ls[3].Name)
+	assert.Equal(t, base+"-5", ls[4].Name)
+	assert.Equal(t, base+"-2002", ls[2001].Name)
+}
+
+// BenchmarkParseSameNames: rules sharing a generated name cost linear time
+// (each took a walk over the suffixes before it: 16,000 such rules took 17 s).
+func BenchmarkParseSameNames(b *testing.B) {
+	data := sameNames(16000)
+	for b.Loop() {
+		if _, err := Parse(data); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func BenchmarkMatchAll(b *testing.B) {

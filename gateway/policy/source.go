@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -21,10 +22,14 @@ type Source struct {
 	path string
 	opt  SourceOptions
 
-	mu    sync.Mutex // guards stats and seen
+	// mu guards stats only: Parse runs outside it (a large file takes
+	// seconds), so Stats, which every metrics scrape calls, never waits.
+	mu    sync.Mutex
 	stats SourceStats
-	seen  stamp // the file as last looked at (loaded or refused)
-	gone  bool  // the file was missing at the last poll (logged once)
+
+	// The watcher's own, after Open.
+	seen stamp // the file as last looked at (loaded or refused)
+	gone bool  // the file was missing at the last poll (logged once)
 	// pending is the hash of changed contents seen once: tried (loaded or
 	// refused) if seen again, unchanged, at the next poll.
 	pending [sha256.Size]byte
@@ -85,9 +90,11 @@ func Open(path string, opt SourceOptions) (*Source, error) {
 	return s, nil
 }
 
-// readFile reads path, at most MaxFileBytes of it.
+// readFile reads path, at most MaxFileBytes of it. It opens without
+// blocking: a FIFO put in the file's place is refused as not a regular file
+// (a plain open waits for a writer, forever, and Close with it).
 func readFile(path string) ([]byte, stamp, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, stamp{}, err
 	}
@@ -137,12 +144,10 @@ func (s *Source) poll() {
 	}
 }
 
-// load is poll's work under s.mu: loaded reports whether a changed file
-// was tried, err its refusal.
+// load is poll's work: loaded reports whether a changed file was tried,
+// err its refusal.
 func (s *Source) load() (loaded bool, _ error) {
 	data, st, err := readFile(s.path)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
 		if !s.gone {
 			s.gone = true
@@ -172,14 +177,15 @@ func (s *Source) load() (loaded bool, _ error) {
 	}
 	s.pending = [sha256.Size]byte{}
 	c, err := Parse(data)
+	s.seen = st
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err != nil {
-		s.seen = st
 		s.stats.Failures++
 		s.stats.LastError = err.Error()
 		s.opt.Logger.Error("policy file refused, keeping the previous policy", "file", s.path, "err", err.Error())
 		return true, err
 	}
-	s.seen = st
 	s.cur.Store(c)
 	s.stats.Reloads++
 	s.stats.LoadedAt = time.Now()
@@ -210,8 +216,18 @@ func (s *Source) Stats() SourceStats {
 	return s.stats
 }
 
-// Close stops watching. Idempotent.
+// closeWait bounds Close's wait for a poll in progress.
+const closeWait = time.Second
+
+// Close stops watching. Idempotent. A poll in progress (parsing a large
+// file takes seconds) is waited for up to closeWait: a shutdown does not
+// wait on it; it ends on its own, updating a Source no one reads.
 func (s *Source) Close() {
 	s.closeOnce.Do(func() { close(s.stop) })
-	<-s.done
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+	}
 }

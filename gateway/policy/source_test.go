@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,14 +232,38 @@ func TestCloseStopsWatching(t *testing.T) {
 	s.Close()
 	s.Close()
 	require.NoError(t, os.WriteFile(path, []byte(policyDoc("2")), 0o644))
-	// The watcher goroutine has returned (Close waits for it), so no poll
-	// can run any more: a direct look at the channel is enough.
+	// The watcher goroutine has returned (Close waits for a poll in
+	// progress, here a short one), so no poll can run any more: a direct
+	// look at the channel is enough.
 	select {
 	case err := <-reloads:
 		t.Fatalf("reload after Close: %v", err)
 	default:
 	}
 	assert.Equal(t, uint32(1), rpuOf(s))
+}
+
+// A FIFO where the file was is refused as not a regular file, at once: an
+// open that waits for a writer stopped reloads and made Close (and the
+// server's shutdown) wait forever.
+func TestFIFORefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	_, err := Open(fifo, SourceOptions{})
+	require.ErrorContains(t, err, "not a regular file")
+
+	s, path, reloads, log := watched(t, policyDoc("1"))
+	lnk := path + ".lnk"
+	require.NoError(t, os.Symlink(fifo, lnk))
+	require.NoError(t, os.Rename(lnk, path))
+	require.Eventually(t, func() bool {
+		return strings.Contains(strings.Join(log.lines(), "\n"), "not a regular file")
+	}, 10*time.Second, time.Millisecond)
+	replace(t, path, policyDoc("2"))
+	require.NoError(t, next(t, reloads))
+	assert.Equal(t, uint32(2), rpuOf(s))
+	s.Close()
 }
 
 // Readers see either Config, never a torn one, while reloads run.
