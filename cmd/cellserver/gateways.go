@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cellserver/cellserver/commands"
@@ -39,9 +40,18 @@ func checkGatewayFlags(c *Config) error {
 // for, all on exec's decision API. stop shuts them down.
 func startGateways(cfg Config, exec *commands.Server, log *slog.Logger) (stop func(), err error) {
 	var stops []func()
+	var closeSource func()
+	// The front ends stop together, each with its own grace (a few
+	// seconds): one after the other, they added up past the 10 s a
+	// supervisor commonly waits after SIGTERM. The policy source goes last.
 	stopAll := func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
+		var wg sync.WaitGroup
+		for _, stop := range stops {
+			wg.Go(stop)
+		}
+		wg.Wait()
+		if closeSource != nil {
+			closeSource()
 		}
 	}
 	defer func() {
@@ -55,7 +65,7 @@ func startGateways(cfg Config, exec *commands.Server, log *slog.Logger) (stop fu
 		if err != nil {
 			return nil, fmt.Errorf("--policy-file: %w", err)
 		}
-		stops = append(stops, src.Close)
+		closeSource = src.Close
 		watchPolicy(exec, src)
 		eng = gateway.New(gateway.Config{Service: exec.Service(), Policies: src, Observer: gatewayObserver(exec), Logger: log})
 	}

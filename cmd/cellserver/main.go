@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -273,9 +274,13 @@ func run(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	signalled := false // a clean stop: "bye" once the data dir is closed
 	defer func() {
 		if err := st.Close(); err != nil {
 			log.Error("closing the data dir", "err", err)
+		}
+		if signalled {
+			log.Info("bye")
 		}
 	}()
 	host, port, _ := cluster.ParseAddr(cfg.ClusterAnnounce)
@@ -313,6 +318,7 @@ func run(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	stopGateways = sync.OnceFunc(stopGateways)
 	defer stopGateways()
 	srv, err := resp.New(resp.Config{
 		Addr:          cfg.Addr,
@@ -354,13 +360,22 @@ func run(cfg Config) error {
 		return fmt.Errorf("serving stopped: %w", err)
 	case s := <-sig:
 		log.Info("shutting down", "signal", s.String())
+		signalled = true
 	}
+	// The gateways stop while the RESP connections finish, not after them,
+	// so that the data dir is closed (the last changes written) well inside
+	// the 10 s a supervisor commonly gives after SIGTERM.
+	gateways := make(chan struct{})
+	go func() {
+		defer close(gateways)
+		stopGateways()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("connections did not finish in time", "err", err)
 	}
 	<-served
-	log.Info("bye")
+	<-gateways
 	return nil
 }
