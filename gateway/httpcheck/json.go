@@ -14,8 +14,11 @@ import (
 )
 
 // MaxJSONBody is the largest /json request body: 16 descriptors of 16
-// entries need far less.
-const MaxJSONBody = 1 << 20
+// entries need far less. It is also what a connection sending a body slowly
+// can hold until the read times out, times --http-max-conns connections
+// (at 1 MiB, 300 stalled bodies held 380 MB), so it is the gRPC service's
+// message bound, not more.
+const MaxJSONBody = 64 << 10
 
 // json is envoyproxy/ratelimit's /json endpoint: a RateLimitRequest in
 // proto JSON, answered with the RateLimitResponse in proto JSON, status

@@ -137,7 +137,7 @@ func TestJSONErrors(t *testing.T) {
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"limit":{"requests_per_unit":1,"unit":"SECOND","unit_multiplier":2}}]}`, 400, "unit_multiplier"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"limit":{"requests_per_unit":1,"unit":99}}]}`, 400, "unknown unit 99"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("v", 300) + `"}]}]}`, 400, "key exceeds"},
-		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("v", MaxJSONBody) + `"}]}]}`, 413, "request body over 1048576 bytes"},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("v", MaxJSONBody) + `"}]}]}`, 413, "request body over 65536 bytes"},
 	} {
 		resp, body := f.post(t, c.body)
 		assert.Equal(t, c.status, resp.StatusCode, "%.80s: %s", c.body, body)
