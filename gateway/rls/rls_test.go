@@ -573,7 +573,7 @@ func TestWatchesBounded(t *testing.T) {
 	err := watch(ctxT(t), other)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 	assert.ErrorContains(t, err, "too many health watches")
-	// Check is not bounded.
+	// Check is not counted against the watches.
 	r, err := h.health.Check(ctxT(t), &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, r.Status)
@@ -634,6 +634,13 @@ func TestMessageSizeBounded(t *testing.T) {
 	_, err := h.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "rls", Descriptors: []*rlv3.RateLimitDescriptor{big}})
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 	h.call(t, 0, desc("user", "x")) // the connection still serves
+	// The largest request Envoy builds by default (its request headers
+	// are at most 60 KiB in all) fits.
+	ds := make([]*rlv3.RateLimitDescriptor, gateway.MaxDescriptors)
+	for i := range ds {
+		ds[i] = desc("user", strings.Repeat("v", 60<<10/gateway.MaxDescriptors))
+	}
+	h.call(t, 0, ds...)
 }
 
 // Past MaxConns a new connection waits until one closes.

@@ -25,11 +25,16 @@ import (
 // Defaults of Config's bounds.
 const (
 	DefaultMaxConns             = 10000
-	DefaultMaxRecvBytes         = 1 << 20
+	DefaultMaxRecvBytes         = 64 << 10
 	DefaultMaxConcurrentStreams = 1024
 	DefaultMaxHeaderListBytes   = 64 << 10
 	DefaultConnectionTimeout    = 10 * time.Second
 	DefaultMaxWatches           = 256
+	DefaultMaxCalls             = 2048
+	DefaultMaxHealthChecks      = 64
+	DefaultRecvTimeout          = 5 * time.Second
+	DefaultMaxConnectionAge     = 5 * time.Minute
+	DefaultMaxConnectionGrace   = 30 * time.Second
 )
 
 // Config configures a Server. The zero value of each bound is its default.
@@ -43,8 +48,12 @@ type Config struct {
 	// long-lived HTTP/2 connections per worker, so this is a guard against
 	// a flood, not a working limit). Default DefaultMaxConns.
 	MaxConns int
-	// MaxRecvBytes bounds one request message (a request is a domain and
-	// at most 16 short descriptors: a few KiB). Default 1 MiB.
+	// MaxRecvBytes bounds one request message, past it refused with
+	// RESOURCE_EXHAUSTED. A request is a domain and at most 16 descriptors
+	// whose values come from request headers, which Envoy caps at 60 KiB
+	// in all by default; 64 KiB is also the bound of the server's keys and
+	// of the HTTP check's /json body. It is what a stalled call can hold
+	// (see MaxCalls). Default 64 KiB.
 	MaxRecvBytes int
 	// MaxConcurrentStreams bounds the calls in flight on one connection:
 	// Envoy multiplexes every rate-limit call of a worker on one, so it
@@ -58,8 +67,40 @@ type Config struct {
 	// MaxWatches bounds the grpc.health.v1.Health/Watch streams open at
 	// once, over all connections: a watch never ends on its own and holds
 	// ~10 KiB, so past it a new one is refused with RESOURCE_EXHAUSTED
-	// (Check is never bounded). Default DefaultMaxWatches.
+	// (Check is bounded by MaxHealthChecks). Default DefaultMaxWatches.
 	MaxWatches int
+	// MaxCalls bounds the ShouldRateLimit calls in flight over all
+	// connections: past it a new call is refused at once with
+	// RESOURCE_EXHAUSTED (Envoy applies its failure_mode_deny). grpc-go
+	// buffers a call's request as it arrives, so without it a client could
+	// hold MaxRecvBytes in each of MaxConcurrentStreams calls on each of
+	// MaxConns connections (1000 stalled 1 MiB calls held 1 GB). A call is
+	// decided in well under a millisecond, so Envoy's calls in flight are
+	// its request rate times that: 2048 is far above it, and holds at most
+	// 128 MiB of requests at the default MaxRecvBytes. Default
+	// DefaultMaxCalls.
+	MaxCalls int
+	// MaxHealthChecks bounds the health Check (and List) calls in flight,
+	// apart from MaxCalls, so that a flood of either does not refuse the
+	// other. Default DefaultMaxHealthChecks.
+	MaxHealthChecks int
+	// RecvTimeout bounds the time from a call's headers to its whole
+	// request (message and end of stream): past it the call ends with
+	// DEADLINE_EXCEEDED and frees its slot and buffers. Envoy sends a
+	// request at once and gives up on it after its own timeout (20 ms by
+	// default); a client announcing a message and never completing it, or
+	// sending headers only, is otherwise held until the connection closes.
+	// Default 5 s.
+	RecvTimeout time.Duration
+	// MaxConnectionAge is when a connection is told to go away (GOAWAY;
+	// grpc-go adds up to 10% jitter; Envoy reconnects for its next calls)
+	// and MaxConnectionGrace how long its calls in flight then have before
+	// it is closed. A backstop for whatever a connection can hold that the
+	// other bounds do not cover: closing it frees all of it. The grace is
+	// longer than RecvTimeout, so no call in flight is cut short. Defaults
+	// 5 min and 30 s.
+	MaxConnectionAge   time.Duration
+	MaxConnectionGrace time.Duration
 }
 
 // withDefaults fills the zero bounds and validates c.
@@ -88,6 +129,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxWatches == 0 {
 		c.MaxWatches = DefaultMaxWatches
 	}
+	if c.MaxCalls == 0 {
+		c.MaxCalls = DefaultMaxCalls
+	}
+	if c.MaxHealthChecks == 0 {
+		c.MaxHealthChecks = DefaultMaxHealthChecks
+	}
+	if c.RecvTimeout == 0 {
+		c.RecvTimeout = DefaultRecvTimeout
+	}
+	if c.MaxConnectionAge == 0 {
+		c.MaxConnectionAge = DefaultMaxConnectionAge
+	}
+	if c.MaxConnectionGrace == 0 {
+		c.MaxConnectionGrace = DefaultMaxConnectionGrace
+	}
 	switch {
 	case c.MaxConns < 0:
 		return c, fmt.Errorf("rls: MaxConns must be positive, got %d", c.MaxConns)
@@ -97,6 +153,16 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("rls: ConnectionTimeout must be positive, got %s", c.ConnectionTimeout)
 	case c.MaxWatches < 0:
 		return c, fmt.Errorf("rls: MaxWatches must be positive, got %d", c.MaxWatches)
+	case c.MaxCalls < 0:
+		return c, fmt.Errorf("rls: MaxCalls must be positive, got %d", c.MaxCalls)
+	case c.MaxHealthChecks < 0:
+		return c, fmt.Errorf("rls: MaxHealthChecks must be positive, got %d", c.MaxHealthChecks)
+	case c.RecvTimeout < 0:
+		return c, fmt.Errorf("rls: RecvTimeout must be positive, got %s", c.RecvTimeout)
+	case c.MaxConnectionAge < 0:
+		return c, fmt.Errorf("rls: MaxConnectionAge must be positive, got %s", c.MaxConnectionAge)
+	case c.MaxConnectionGrace < 0:
+		return c, fmt.Errorf("rls: MaxConnectionGrace must be positive, got %s", c.MaxConnectionGrace)
 	}
 	return c, nil
 }
@@ -107,6 +173,8 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	watches *watches
+	calls   *calls // ShouldRateLimit
+	checks  *calls // health Check and List
 }
 
 // New returns a Server; Serve starts it.
@@ -117,18 +185,23 @@ func New(cfg Config) (*Server, error) {
 	}
 	w := newWatches(cfg.MaxWatches)
 	opts := append(serverOptions(cfg), grpc.ChainStreamInterceptor(w.intercept))
-	s := &Server{cfg: cfg, grpc: grpc.NewServer(opts...), health: health.NewServer(), watches: w}
-	rlspb.RegisterRateLimitServiceServer(s.grpc, NewService(cfg.Engine, cfg.Headers, cfg.Logger))
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s := &Server{
+		cfg: cfg, grpc: grpc.NewServer(opts...), health: health.NewServer(), watches: w,
+		calls:  newCalls(cfg.MaxCalls, cfg.RecvTimeout, "rate-limit calls", cfg.Logger),
+		checks: newCalls(cfg.MaxHealthChecks, cfg.RecvTimeout, "health checks", cfg.Logger),
+	}
+	s.grpc.RegisterService(guard(&rlspb.RateLimitService_ServiceDesc, s.calls), NewService(cfg.Engine, cfg.Headers, cfg.Logger))
+	s.grpc.RegisterService(guard(&healthpb.Health_ServiceDesc, s.checks), s.health)
 	// "" is the server as a whole (what a probe asks by default).
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s, nil
 }
 
-// serverOptions are the bounds of cfg and the panic guards.
+// serverOptions are the bounds of cfg, the codec and the panic guards.
 func serverOptions(cfg Config) []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.MaxHeaderListSize(cfg.MaxHeaderListBytes),
@@ -139,8 +212,12 @@ func serverOptions(cfg Config) []grpc.ServerOption {
 		// with GOAWAY too_many_pings and drop the connection.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// Ping idle connections so that a vanished peer's is closed and
-		// frees its place under MaxConns.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+		// frees its place under MaxConns; age them out (see
+		// Config.MaxConnectionAge).
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: time.Minute, Timeout: 20 * time.Second,
+			MaxConnectionAge: cfg.MaxConnectionAge, MaxConnectionAgeGrace: cfg.MaxConnectionGrace,
+		}),
 		grpc.ChainUnaryInterceptor(recoverUnary(cfg.Logger)),
 		grpc.ChainStreamInterceptor(recoverStream(cfg.Logger)),
 	}
