@@ -121,17 +121,27 @@ func TestFullDiskWaitsThenWritesOut(t *testing.T) {
 	}
 }
 
+// droppingStore is a store of failCfg on a disk whose free space the test
+// sets, which drops any change that waits for the disk (maxFailedBytes 1,
+// restored at the test's end).
+func droppingStore(t *testing.T) (*Store, Config, func(uint64), *lockedLog) {
+	t.Helper()
+	v := maxFailedBytes
+	t.Cleanup(func() { maxFailedBytes = v })
+	maxFailedBytes = 1
+	mem, setAvail := fullDisk()
+	log := &lockedLog{}
+	cfg := failCfg(mem, log)
+	st, err := New(cfg)
+	require.NoError(t, err)
+	return st, cfg, setAvail, log
+}
+
 // TestFailedBacklogDroppedThenResynced: when more changes wait for the disk
 // than maxFailedBytes, they are dropped, and every shard rewrites its keys
 // from memory once writes work again: nothing is lost.
 func TestFailedBacklogDroppedThenResynced(t *testing.T) {
-	defer func(v int64) { maxFailedBytes = v }(maxFailedBytes)
-	maxFailedBytes = 1
-	mem, setAvail := fullDisk()
-	var log lockedLog
-	cfg := failCfg(mem, &log)
-	st, err := New(cfg)
-	require.NoError(t, err)
+	st, cfg, setAvail, log := droppingStore(t)
 	setAvail(1 << 20)
 	// Under FsyncAlways the calls return once their changes are on disk,
 	// here after the rewrite.
@@ -157,7 +167,7 @@ func TestFailedBacklogDroppedThenResynced(t *testing.T) {
 		return st.PersistStats().Changes >= 300
 	}, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, st.Close())
-	st, err = New(cfg)
+	st, err := New(cfg)
 	require.NoError(t, err)
 	defer st.Close()
 	assert.Equal(t, int64(300), st.PersistStats().KeysLoaded)
@@ -170,13 +180,7 @@ func TestFailedBacklogDroppedThenResynced(t *testing.T) {
 // was dropped, and the ballast was written and deleted again, every second
 // or two, until space came back.
 func TestDroppedBacklogWaitsForRoomForTheRewrite(t *testing.T) {
-	defer func(v int64) { maxFailedBytes = v }(maxFailedBytes)
-	maxFailedBytes = 1
-	mem, setAvail := fullDisk()
-	var log lockedLog
-	cfg := failCfg(mem, &log)
-	st, err := New(cfg)
-	require.NoError(t, err)
+	st, cfg, setAvail, log := droppingStore(t)
 	const keys = 20_000 // a rewrite of about 700 KiB
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -219,7 +223,7 @@ func TestDroppedBacklogWaitsForRoomForTheRewrite(t *testing.T) {
 	require.Eventually(t, func() bool { return st.PersistErr() == nil && st.PersistStats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, 1, log.lines("ballast written"), "written back once, and said so")
 	require.NoError(t, st.Close())
-	st, err = New(cfg)
+	st, err := New(cfg)
 	require.NoError(t, err)
 	defer st.Close()
 	assert.Equal(t, int64(keys), st.PersistStats().KeysLoaded)
