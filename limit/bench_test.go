@@ -33,6 +33,7 @@ func benchCases(b *testing.B) []benchCase {
 		{"swc", SWC{Limit: 1 << 30, Window: time.Minute}, SWCState{60000, floorMS(t0), 100, 100}.appendTo(nil)},
 		{"swl-10", SWL{Limit: MaxSWLLimit, Window: time.Hour}, swl(10)},
 		{"swl-1000", SWL{Limit: MaxSWLLimit, Window: time.Hour}, swl(1000)},
+		{"swl-9999", SWL{Limit: MaxSWLLimit, Window: time.Hour}, swl(9999)},
 		{"cal", CAL{Limit: 1 << 30, Unit: Month, Zone: berlin}, nil},
 	}
 	for i := range cases {

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"math"
+	"sort"
 	"time"
 )
 
@@ -95,6 +96,13 @@ type swlEval struct {
 
 // eval finds the entries that count at now_ms, or at the newest entry when
 // the clock is behind it (spec §3). A log of another window is a fresh key.
+//
+// A call costs a binary search and a sum of the costs that count, not a
+// check of every entry: a 10,000-entry log is read at every call, and a
+// client could otherwise make each of its calls cost the shard owner tens
+// of µs. The entries are checked where a state enters the keyspace (Decode:
+// the log's replay, IMPORTSTATE, slot moves); the header and the length,
+// which the reads below rely on to stay in bounds, are checked here.
 func (l SWL) eval(body []byte, nowMS int64) (swlEval, error) {
 	e := swlEval{g: swlLog{w: l.Window.Milliseconds()}, at: nowMS}
 	if body != nil {
@@ -109,34 +117,29 @@ func (l SWL) eval(body []byte, nowMS int64) (swlEval, error) {
 			}
 		}
 	}
-	// One pass checks the log and sums what counts (instant > at - W).
-	lo, prev := e.at-e.g.w, int64(math.MinInt64)
-	e.from = e.g.len()
-	for i := range e.g.len() {
-		ts, c := e.g.ts(i), e.g.cost(i)
-		if c == 0 || (i > 0 && ts <= prev) {
-			return e, ErrCorrupt
-		}
-		prev = ts
-		if ts > lo {
-			e.from = min(e.from, i)
-			e.used = satAdd(e.used, c)
-		}
+	lo, n := e.at-e.g.w, e.g.len()
+	e.from = sort.Search(n, func(i int) bool { return e.g.ts(i) > lo })
+	// At most MaxSWLLimit costs below 2^32: the sum cannot overflow.
+	// Four entries a step: the loop, not the loads, bounds a plain one.
+	b := e.g.b[e.from*swlEntrySize:]
+	for ; len(b) >= 4*swlEntrySize; b = b[4*swlEntrySize:] {
+		e.used += uint64(be.Uint32(b[8:])) + uint64(be.Uint32(b[20:])) +
+			uint64(be.Uint32(b[32:])) + uint64(be.Uint32(b[44:]))
+	}
+	for ; len(b) >= swlEntrySize; b = b[swlEntrySize:] {
+		e.used += uint64(be.Uint32(b[8:]))
 	}
 	return e, nil
 }
 
 // Eval: admits iff used + cost <= Limit (spec §4 SWL).
 func (l SWL) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
-	body, err := checkState(state, KindSWL)
-	if err != nil {
-		return R5{}, err
-	}
-	nowMS := floorMS(now)
-	e, err := l.eval(body, nowMS)
-	if err != nil {
-		return R5{}, err
-	}
+	r, _, _, err := l.charge(nil, state, now, cost, ms, false)
+	return r, err
+}
+
+// r5 is the decision on e of a charge of cost at nowMS.
+func (l SWL) r5(e swlEval, nowMS int64, cost uint32, ms bool) R5 {
 	lim, c := uint64(l.Limit), uint64(cost)
 	r := R5{Limit: int64(lim), RetryAfter: -1}
 	newest, counting := e.g.newest()
@@ -166,7 +169,7 @@ func (l SWL) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
 	if counting {
 		r.ResetAfter = reply(newest+e.g.w-nowMS, ms)
 	}
-	return r, nil
+	return r
 }
 
 // AppendCharged: the entries that still count, plus (instant, cost) (added
@@ -184,6 +187,12 @@ func (l SWL) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, i
 	if cost == 0 || satAdd(e.used, uint64(cost)) > uint64(l.Limit) {
 		return dst, 0, ErrNotAdmitted
 	}
+	dst, exp := e.appendCharged(dst, cost)
+	return dst, exp, nil
+}
+
+// appendCharged appends e's log charged with cost at e.at.
+func (e swlEval) appendCharged(dst []byte, cost uint32) ([]byte, int64) {
 	kept := e.g.b[e.from*swlEntrySize:]
 	n := len(kept) / swlEntrySize
 	last := uint64(0)
@@ -198,7 +207,7 @@ func (l SWL) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, i
 	dst = be.AppendUint32(dst, uint32(n+1))
 	dst = append(dst, kept...)
 	dst = appendEntry(dst, SWLEntry{TS: e.at, Cost: satCost(last + uint64(cost))})
-	return dst, e.at + e.g.w, nil
+	return dst, e.at + e.g.w
 }
 
 func appendEntry(dst []byte, x SWLEntry) []byte {
@@ -339,12 +348,21 @@ func (s SWLState) expireAt(now int64) int64 {
 	return s.newestTS() + s.WindowMS
 }
 
-// charge: Eval, then AppendCharged (see Limit).
+// charge: Eval and AppendCharged on one reading of the log (see Limit).
 func (l SWL) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R5, []byte, int64, error) {
-	r, err := l.Eval(state, now, cost, ms)
-	if err != nil || !write || r.Limited {
-		return r, dst, 0, err
+	body, err := checkState(state, KindSWL)
+	if err != nil {
+		return R5{}, dst, 0, err
 	}
-	dst, exp, err := l.AppendCharged(dst, state, now, cost)
-	return r, dst, exp, err
+	nowMS := floorMS(now)
+	e, err := l.eval(body, nowMS)
+	if err != nil {
+		return R5{}, dst, 0, err
+	}
+	r := l.r5(e, nowMS, cost, ms)
+	if !write || r.Limited || cost == 0 {
+		return r, dst, 0, nil
+	}
+	dst, exp := e.appendCharged(dst, cost)
+	return r, dst, exp, nil
 }

@@ -120,3 +120,37 @@ func TestSWLRetryIsSmallest(t *testing.T) {
 	}
 	require.Greater(t, checked, 300)
 }
+
+// TestSWLEvalMatchesScan checks eval's binary search and sum against a
+// plain scan of random logs: the entries that count are those with an
+// instant above at - W, whatever their number and the clock's place.
+func TestSWLEvalMatchesScan(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		w := 1 + rnd.Int64N(1000)
+		s := SWLState{WindowMS: w}
+		ts := int64(1_700_000_000_000)
+		for range rnd.IntN(40) {
+			ts += 1 + rnd.Int64N(50)
+			s.Entries = append(s.Entries, SWLEntry{TS: ts, Cost: 1 + uint32(rnd.Int64N(1<<32-1))})
+		}
+		enc, err := s.AppendBinary(nil)
+		require.NoError(t, err)
+		now := 1_700_000_000_000 + rnd.Int64N(ts-1_700_000_000_000+2*w+1)
+		e, err := SWL{Limit: 1, Window: time.Duration(w) * time.Millisecond}.eval(enc[headerSize:], now)
+		require.NoError(t, err)
+		at := now
+		if len(s.Entries) > 0 {
+			at = max(at, s.newestTS())
+		}
+		from, used := len(s.Entries), uint64(0)
+		for i, x := range s.Entries {
+			if x.TS > at-w {
+				from = min(from, i)
+				used += uint64(x.Cost)
+			}
+		}
+		require.Equal(t, from, e.from, "%+v at %d", s, now)
+		require.Equal(t, used, e.used, "%+v at %d", s, now)
+	}
+}

@@ -31,9 +31,8 @@ type LimitReq struct {
 	// clock's): the durations of Results count from it.
 	Now int64
 	// Results[i] is Call.Limits[i]'s, set by the run (one's, or the
-	// scratch's for several limits). Its State, when set, aliases the
-	// request; a call decided on its entry's fields (decideInline) does
-	// not set it: the store has written the state, and nothing reads it.
+	// scratch's for several limits). Its State is nil once the run is
+	// done: the store has written the new state, and nothing reads it.
 	Results []limit.Result
 	one     [1]limit.Result
 	x       *limitScratch // made by the first call that needs it, then kept
@@ -53,7 +52,6 @@ type limitScratch struct {
 	warmed, sharded bool
 	keys            [limit.MaxLimits]keyRef
 	results         [limit.MaxLimits]limit.Result
-	buf             []byte
 }
 
 // keyRef is where one key of a call lives.
@@ -73,7 +71,16 @@ type limitWork struct {
 	local  [limit.MaxLimits][limit.SWCStateLen]byte // states kept in their entries, encoded for Decide
 	fields [limit.MaxLimits]limit.Fields            // decideFields' states
 	next   [limit.MaxLimits]limit.Fields            // and the new ones
+	// buf holds the new states decideEach encodes until it has stored
+	// them. It is the shard's, not the request's: an SWL log is up to
+	// 120 KB, and a buffer per request would be allocated afresh by each
+	// call of a pipeline, whose requests are all in flight at once.
+	buf []byte
 }
+
+// maxWorkBuf bounds the state buffer a shard keeps between calls: a call
+// of 16 SWL limits of 10,000 entries each needs about 2 MB once.
+const maxWorkBuf = 256 << 10
 
 // work returns the shard's limitWork, made on first use.
 func (sh *shard) work() *limitWork {
@@ -87,24 +94,9 @@ func (sh *shard) work() *limitWork {
 // first call of several limits and keeps (DropScratch lets it go).
 const LimitScratchBytes = int(unsafe.Sizeof(limitScratch{}))
 
-// maxKeptBuf bounds the state buffer a request keeps for its next call. A
-// call over SWL logs of thousands of entries needs hundreds of KB, which
-// must not stay with a pooled request (the pools count the scratch, not
-// what its buffer grew to).
-const maxKeptBuf = 4 << 10
-
-// Forget drops the request's references into the keyspace, and a state
-// buffer past maxKeptBuf with the results that alias it; call it once the
-// results were read.
-func (r *LimitReq) Forget() {
-	r.envelope.Forget()
-	if x := r.x; x != nil && cap(x.buf) > maxKeptBuf {
-		x.buf = nil
-		for i := range x.results {
-			x.results[i].State = nil
-		}
-	}
-}
+// Forget drops the request's references into the keyspace; call it once
+// the results were read.
+func (r *LimitReq) Forget() { r.envelope.Forget() }
 
 // DropScratch lets go of the request's scratch.
 func (r *LimitReq) DropScratch() { r.x = nil }
@@ -302,8 +294,16 @@ func (r *LimitReq) decideEach(x *limitScratch, w *limitWork, now int64) {
 			states[i] = t.state(t.at(uint32(w.eis[i])), w.local[i][:0])
 		}
 	}
-	d, buf, err := limit.Decide(specs, states[:len(specs)], now, r.Call.Options, r.Results[:len(specs)], x.buf[:0])
-	x.buf = buf
+	d, buf, err := limit.Decide(specs, states[:len(specs)], now, r.Call.Options, r.Results[:len(specs)], w.buf[:0])
+	w.buf = buf
+	defer func() {
+		for i := range specs {
+			r.Results[i].State = nil // the shard's buffer, reused by its next call
+		}
+		if cap(w.buf) > maxWorkBuf {
+			w.buf = nil
+		}
+	}()
 	for i := range specs {
 		states[i] = nil // no reference into the tables past the call
 	}
@@ -316,7 +316,7 @@ func (r *LimitReq) decideEach(x *limitScratch, w *limitWork, now int64) {
 	}
 	r.Decision = d
 	// The states Decide read may alias the tables; the new ones are in
-	// the scratch's buf, so writing them (which may compact an arena) is safe.
+	// the shard's buf, so writing them (which may compact an arena) is safe.
 	for i, s := range specs {
 		res := &r.Results[i]
 		if !res.Write {
@@ -386,9 +386,9 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 			if e = entry(limit.KindSWC); !t.putSWC(e, next) {
 				// Counts past the room's 32 bits (a merged state's):
 				// stored as setState stores any state that does not fit.
-				x := r.scratch()
-				x.buf, _ = next.AppendBinary(x.buf[:0])
-				t.setState(e, x.buf)
+				w := sh.work()
+				w.buf, _ = next.AppendBinary(w.buf[:0])
+				t.setState(e, w.buf)
 			}
 		}
 	case limit.GCRA:
@@ -473,8 +473,8 @@ func (r *LimitReq) decideFields(x *limitScratch, w *limitWork, now int64) bool {
 			t.putFW(e, f.FW)
 		case limit.KindSWC:
 			if !t.putSWC(e, f.SWC) {
-				x.buf, _ = f.SWC.AppendBinary(x.buf[:0]) // see decideInline
-				t.setState(e, x.buf)
+				w.buf, _ = f.SWC.AppendBinary(w.buf[:0]) // see decideInline
+				t.setState(e, w.buf)
 			}
 		}
 		sh.setExp(e, res.ExpireAt)

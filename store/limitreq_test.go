@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -208,29 +209,48 @@ func TestLimitReqReuseForgetsWarm(t *testing.T) {
 	}
 }
 
-// TestLimitForgetBoundsBuffer: a call over big SWL logs grows the
-// request's state buffer; once its results were read, the request does not
-// keep it (a pooled request would hold it for as long as the pool lives).
-func TestLimitForgetBoundsBuffer(t *testing.T) {
+// TestLimitStateBufferIsTheShards: the new states of a call are encoded
+// into its shard's buffer, not the request's: a pipeline's requests are
+// all in flight at once, and each call on a 10,000-entry SWL log would
+// otherwise allocate its 120 KB afresh. No result keeps a reference to
+// that buffer, and the shard keeps at most maxWorkBuf of it between calls.
+func TestLimitStateBufferIsTheShards(t *testing.T) {
 	st, clk := newTestStore(t, 1)
-	line := "a SWL 2000 3600 AND b SWL 2000 3600"
-	var r *LimitReq
-	for range 400 {
+	full := "a SWL 10000 10000 MS"
+	for range 10_000 {
 		clk.Advance(int64(time.Millisecond)) // one entry per call
-		var err error
-		r, err = doLimit(st, parseLimitLine(t, line))
+		_, err := doLimit(st, parseLimitLine(t, full))
 		require.NoError(t, err)
 	}
-	require.Greater(t, cap(r.x.buf), maxKeptBuf, "the states of 400 entries each")
-	require.NotNil(t, r.Results[0].State)
-	r.Forget()
-	require.Nil(t, r.x.buf)
-	for _, res := range r.x.results {
-		require.Nil(t, res.State, "no result keeps the buffer alive")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const calls = 50
+	for range calls {
+		clk.Advance(int64(time.Millisecond))
+		r, err := doLimit(st, parseLimitLine(t, full))
+		require.NoError(t, err)
+		require.False(t, r.Decision.Limited)
+		require.Nil(t, r.Results[0].State, "the result does not alias the shard's buffer")
 	}
-	small, err := doLimit(st, parseLimitLine(t, "c FW 10 60 AND d FW 10 60 AND e SWL 5 60"))
+	runtime.ReadMemStats(&after)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(calls*16<<10),
+		"a call on a 120 KB log allocates no state buffer of its own")
+	w := st.shards[0].work()
+	require.NotNil(t, w.buf, "the shard keeps a buffer of a log's size")
+
+	// Four logs of 6,000 entries: 288 KB of new states, past maxWorkBuf.
+	big := "b SWL 10000 10000 AND c SWL 10000 10000 AND d SWL 10000 10000 AND e SWL 10000 10000 MS"
+	for range 6_000 {
+		clk.Advance(int64(time.Millisecond))
+		r, err := doLimit(st, parseLimitLine(t, big))
+		require.NoError(t, err)
+		for _, res := range r.Results {
+			require.Nil(t, res.State)
+		}
+	}
+	require.Nil(t, w.buf, "a buffer past maxWorkBuf is not kept")
+	_, err := doLimit(st, parseLimitLine(t, "f FW 10 60 AND g SWL 5 60"))
 	require.NoError(t, err)
-	bufCap := cap(small.x.buf)
-	small.Forget()
-	require.Equal(t, bufCap, cap(small.x.buf), "a small buffer is kept for the next call")
+	require.NotNil(t, w.buf, "a small buffer is kept for the next call")
+	require.LessOrEqual(t, cap(w.buf), maxWorkBuf)
 }
