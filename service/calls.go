@@ -258,8 +258,19 @@ func (r *Reset) Release(maxKept int) {
 	r.dels = r.dels[:0]
 }
 
-// Release is Throttle.Release for an Inspect.
+// maxKeptState bounds the state buffer an Inspect keeps for its next use:
+// every kind's state is a few dozen bytes but an SWL log's, up to 120 KB,
+// which a front end's pooled calls must not each hold for as long as the
+// pool lives.
+const maxKeptState = 4 << 10
+
+// Release is Throttle.Release for an Inspect; it drops the fields and a
+// state buffer past maxKeptState.
 func (in *Inspect) Release() {
 	in.Key, in.req.Key = nil, nil
+	in.Fields = nil
+	if cap(in.req.State) > maxKeptState {
+		in.req.State = nil
+	}
 	in.req.Forget()
 }

@@ -223,3 +223,33 @@ func TestBadCalls(t *testing.T) {
 	require.NoError(t, svc.Do(in))
 	assert.False(t, in.Found, "nothing was written")
 }
+
+// TestInspectReleaseBoundsBuffers: a released Inspect keeps neither the
+// fields it answered nor an SWL log's state buffer (front ends pool their
+// calls: thousands of them once held 540 MB after clients that never read
+// their CL.INSPECT replies were gone), and keeps a small state's buffer.
+func TestInspectReleaseBoundsBuffers(t *testing.T) {
+	svc, clk := newService(t, Config{})
+	for range 1000 {
+		clk.Advance(1e6) // one entry per call
+		l := limitCall(t, "log SWL 10000 3600")
+		require.NoError(t, svc.Do(l))
+		require.NoError(t, l.Err)
+	}
+	require.NoError(t, svc.Do(limitCall(t, "small FW 5 60")))
+	in := &Inspect{Key: []byte("log")}
+	require.NoError(t, svc.Do(in))
+	require.True(t, in.Found)
+	require.Greater(t, cap(in.req.State), maxKeptState, "1000 entries of 12 bytes")
+	in.Release()
+	assert.Nil(t, in.Fields)
+	assert.Nil(t, in.req.State)
+
+	in.Key = []byte("small")
+	require.NoError(t, svc.Do(in))
+	require.True(t, in.Found)
+	kept := cap(in.req.State)
+	in.Release()
+	assert.Nil(t, in.Fields)
+	assert.Equal(t, kept, cap(in.req.State), "a small state's buffer is kept for the next use")
+}
