@@ -68,7 +68,7 @@ type Config struct {
 	// huge one. Default DefaultMaxKeyBytes; negative: no limit.
 	MaxKeyBytes int
 	// SlowlogLogSlowerThan is the slow log's threshold in µs (Redis's
-	// slowlog-log-slower-than): 0 logs every command, negative none. nil:
+	// slowlog-log-slower-than): 0 logs every command, -1 none. nil:
 	// DefaultSlowlogSlowerThan.
 	SlowlogLogSlowerThan *int64
 	// SlowlogMaxLen is how many entries the slow log keeps (Redis's

@@ -3,7 +3,6 @@ package commands
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"sort"
@@ -500,7 +499,7 @@ type settableParam struct {
 
 func (s *Server) settable() []settableParam {
 	return []settableParam{
-		{name: "slowlog-log-slower-than", v: &s.slowlog.slowerThan, min: math.MinInt64},
+		{name: "slowlog-log-slower-than", v: &s.slowlog.slowerThan, min: -1}, // Redis: -1 turns it off
 		{name: "slowlog-max-len", v: &s.slowlog.maxLen, min: 0, set: s.slowlog.setMaxLen},
 		{name: "latency-monitor-threshold", v: &s.latency.threshold, min: 0},
 	}

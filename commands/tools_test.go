@@ -74,6 +74,7 @@ func TestToolsRawReplies(t *testing.T) {
 		{[]string{"CLIENT", "KILL", "LADDR", "1.2.3.4:1"}, ":0\r\n"},
 		{[]string{"CONFIG", "SET", "slowlog-max-len", "-1"}, "-ERR CONFIG SET failed (possibly related to argument 'slowlog-max-len') - argument must be between 0 and 9223372036854775807 inclusive\r\n"},
 		{[]string{"CONFIG", "SET", "latency-monitor-threshold", "-1"}, "-ERR CONFIG SET failed (possibly related to argument 'latency-monitor-threshold') - argument must be between 0 and 9223372036854775807 inclusive\r\n"},
+		{[]string{"CONFIG", "SET", "slowlog-log-slower-than", "-2"}, "-ERR CONFIG SET failed (possibly related to argument 'slowlog-log-slower-than') - argument must be between -1 and 9223372036854775807 inclusive\r\n"},
 		{[]string{"CONFIG", "SET", "slowlog-log-slower-than", "abc"}, "-ERR CONFIG SET failed (possibly related to argument 'slowlog-log-slower-than') - argument couldn't be parsed into an integer\r\n"},
 		{[]string{"CONFIG", "SET", "slowlog-max-len", "1", "slowlog-max-len", "2"}, "-ERR CONFIG SET failed (possibly related to argument 'slowlog-max-len') - duplicate parameter\r\n"},
 		{[]string{"CONFIG", "SET", "port", "1"}, "-ERR CONFIG SET failed (possibly related to argument 'port') - can't set immutable config\r\n"},

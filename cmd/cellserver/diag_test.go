@@ -20,6 +20,8 @@ func TestParseFlagsDiagnostics(t *testing.T) {
 	require.Equal(t, int64(-1), c.SlowlogLogSlowerThan)
 	require.Equal(t, int64(0), c.SlowlogMaxLen)
 	require.Equal(t, int64(5), c.LatencyMonitorThreshold)
+	_, err = parseFlags([]string{"--slowlog-log-slower-than", "-2"}, io.Discard)
+	require.EqualError(t, err, "--slowlog-log-slower-than must be at least -1 (-1: off), got -2")
 	_, err = parseFlags([]string{"--slowlog-max-len", "-1"}, io.Discard)
 	require.EqualError(t, err, "--slowlog-max-len must not be negative, got -1")
 	_, err = parseFlags([]string{"--latency-monitor-threshold", "-1"}, io.Discard)

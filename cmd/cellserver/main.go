@@ -106,7 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.ClusterAnnounce, "cluster-announce", "", "`host:port` this node announces in cluster mode (default: --addr); its node id derives from it")
 	stopWrites := fs.String("stop-writes-on-persist-error", "no", "yes: while disk writes fail, state-changing commands answer MISCONF")
 	recoverCorrupt := fs.String("recover-corrupt", "no", "yes: start from a data dir whose write-ahead log is damaged or cut, with what is readable, reporting the records lost (no: refuse it, changing nothing)")
-	fs.Int64Var(&c.SlowlogLogSlowerThan, "slowlog-log-slower-than", commands.DefaultSlowlogSlowerThan, "log commands that take at least this many `microseconds` in the slow log (SLOWLOG GET): 0 logs every command, negative none (CONFIG SET changes it)")
+	fs.Int64Var(&c.SlowlogLogSlowerThan, "slowlog-log-slower-than", commands.DefaultSlowlogSlowerThan, "log commands that take at least this many `microseconds` in the slow log (SLOWLOG GET): 0 logs every command, -1 none (CONFIG SET changes it)")
 	fs.Int64Var(&c.SlowlogMaxLen, "slowlog-max-len", commands.DefaultSlowlogMaxLen, "how many `entries` the slow log keeps (CONFIG SET changes it)")
 	fs.IntVar(&c.TrackingMaxKeys, "tracking-table-max-keys", commands.DefaultTrackingMaxKeys, "most `keys` remembered for CLIENT TRACKING clients, counted per client and key; past it a key read is invalidated at once")
 	fs.Int64Var(&c.LatencyMonitorThreshold, "latency-monitor-threshold", 0, "record latency events (LATENCY LATEST, DOCTOR) of commands that take at least this many `milliseconds`; 0: off (CONFIG SET changes it)")
@@ -143,6 +143,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	}
 	if c.ShardOwners != "loops" && c.ShardOwners != "goroutines" {
 		return c, fmt.Errorf("--shard-owners must be loops or goroutines, got %q", c.ShardOwners)
+	}
+	if c.SlowlogLogSlowerThan < -1 {
+		return c, fmt.Errorf("--slowlog-log-slower-than must be at least -1 (-1: off), got %d", c.SlowlogLogSlowerThan)
 	}
 	if c.SlowlogMaxLen < 0 {
 		return c, fmt.Errorf("--slowlog-max-len must not be negative, got %d", c.SlowlogMaxLen)
