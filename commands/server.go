@@ -779,6 +779,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if c.quiet() {
 		out.Truncate(mark)
 	}
+	if c.hooked {
+		c.writeSelfInvalidations(out, nil, nil) // EXEC's, say: after its reply, as Redis
+	}
 }
 
 // keyTooLong reports whether any of cmd's keys in args is longer than
@@ -913,11 +916,18 @@ func (s *Server) finish(c *Client, out *Out) {
 	rec := s.batch(c, perNs)
 	for i := range c.slots {
 		sl := &c.slots[i]
+		cmd, args := sl.cmd, sl.args
 		mark := out.Len()
 		s.finishSlot(c, out, sl, per, &rec)
 		if sl.quiet {
 			out.Truncate(mark)
 		}
+		if c.hooked && cmd != nil && cmd.write {
+			c.writeSelfInvalidations(out, cmd, args)
+		}
+	}
+	if c.hooked {
+		c.writeSelfInvalidations(out, nil, nil)
 	}
 	rec.flush()
 	c.flushDecisions()

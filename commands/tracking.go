@@ -19,6 +19,7 @@ package commands
 
 import (
 	"bytes"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,6 +76,14 @@ type tracker struct {
 	// TRACKING OFF withdraws, and what counts against TrackingMaxKeys.
 	keys map[string]struct{}
 
+	// pending are invalidations of keys the client changed itself (RESP3,
+	// no redirect), which Redis writes right after the reply of the
+	// command that changed the key (its tracking_pending_keys) rather than
+	// between pipelines: copies, written by writeSelfInvalidations; npending
+	// is their number, read without mu by finish.
+	pending  [][]byte
+	npending atomic.Int32
+
 	// caching is CLIENT CACHING's flag for the next command, spent that
 	// it ends with the command after the running EXEC; only the client's
 	// goroutine touches them.
@@ -85,13 +94,56 @@ type tracker struct {
 // is forgotten and the client told (unless it changed it itself under
 // NOLOOP, or tracking is off or in BCAST mode now: Redis drops those).
 func (t *tracker) KeyChanged(key []byte, by uint64) {
+	flushed := t.c.srv.flushing.has(by)
+	own := by == uint64(t.c.ID)
 	t.mu.Lock()
 	t.forget(key)
-	skip := !t.on || t.bcast || (t.noloop && by == uint64(t.c.ID))
+	skip := !t.on || t.bcast || (t.noloop && own) || flushed
+	// The client's own change, made by its pipeline running now: its
+	// invalidation goes after that command's reply (a registration
+	// fires once, so there are at most as many as it tracks keys).
+	self := !skip && own && t.redirect == 0 && t.c.Proto() == 3
+	if self {
+		t.pending = append(t.pending, bytes.Clone(key))
+		t.npending.Store(int32(len(t.pending)))
+	}
 	t.mu.Unlock()
-	if !skip && !t.c.srv.flushing.has(by) {
+	if !skip && !self {
 		t.invalidate(key, false)
 	}
+}
+
+// writeSelfInvalidations writes to out, as pushes, the pending
+// invalidations of the client's own changes of cmd's keys in args (cmd
+// nil: all of them). Call it on the client's goroutine after a reply.
+func (c *Client) writeSelfInvalidations(out *Out, cmd *Command, args [][]byte) {
+	t := c.trk.Load()
+	if t == nil || t.npending.Load() == 0 {
+		return
+	}
+	var keys [][]byte
+	if cmd != nil {
+		keys = commandKeys(cmd, args)
+	}
+	resp3 := c.Proto() == 3 // a HELLO 2 since: RESP2 has no pushes
+	t.mu.Lock()
+	kept := t.pending[:0]
+	for _, k := range t.pending {
+		if cmd != nil && !slices.ContainsFunc(keys, func(x []byte) bool { return bytes.Equal(x, k) }) {
+			kept = append(kept, k)
+			continue
+		}
+		if resp3 {
+			out.B = appendInvalidate(out.B, k, false, 3)
+		}
+	}
+	clear(t.pending[len(kept):])
+	t.pending = kept
+	if len(kept) == 0 {
+		t.pending = nil
+	}
+	t.npending.Store(int32(len(kept)))
+	t.mu.Unlock()
 }
 
 // KeyRegistered is store.RegistrationListener: the shard holds a

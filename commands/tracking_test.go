@@ -236,8 +236,38 @@ func TestTrackingFlush(t *testing.T) {
 	assert.EqualValues(t, 1, h.srv.trackedKeys.Load(), "only the missing key is still registered")
 	h.cmd("CL.THROTTLE", "a", "1", "1", "1")
 	assert.Empty(t, p.take())
-	h.cmd("CL.THROTTLE", "missing", "1", "1", "1")
-	assert.Equal(t, []string{invalidate("missing")}, p.take())
+	r := h.cmd("CL.THROTTLE", "missing", "1", "1", "1")
+	assert.Equal(t, "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:1\r\n"+invalidate("missing"), r, "its own change: told after the reply")
+	assert.Empty(t, p.take())
+}
+
+// TestTrackingOwnChangeAfterItsReply: a RESP3 client's invalidation of a
+// key it changed itself comes right after the reply of the command that
+// changed it, before the replies of the rest of the pipeline, as Redis
+// writes it (its tracking_pending_keys); another client's change, a
+// redirect's target and RESP2 keep the push between pipelines.
+func TestTrackingOwnChangeAfterItsReply(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := pushes(h)
+	h.cmd("HELLO", "3")
+	h.cmd("CL.THROTTLE", "b", "1", "1", "1")
+	h.cmd("CLIENT", "TRACKING", "ON")
+	h.do([]string{"GET", "a"}, []string{"GET", "b"}, []string{"GET", "c"})
+	const allowed = "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:1\r\n"
+	r := h.do([]string{"CL.THROTTLE", "a", "1", "1", "1"}, []string{"PING"}, []string{"DEL", "b", "zz"}, []string{"CL.LIMIT", "c", "FW", "5", "60"}, []string{"PING"})
+	assert.Equal(t, allowed+invalidate("a")+"+PONG\r\n:1\r\n"+invalidate("b")+
+		"*7\r\n:0\r\n:5\r\n:4\r\n:-1\r\n:40\r\n:1\r\n*1\r\n*5\r\n:0\r\n:5\r\n:4\r\n:-1\r\n:40\r\n"+invalidate("c")+"+PONG\r\n", r)
+	assert.Empty(t, p.take(), "nothing left for between pipelines")
+
+	// A transaction's: after EXEC's reply.
+	h.cmd("GET", "d")
+	r = h.do([]string{"MULTI"}, []string{"CL.THROTTLE", "d", "1", "1", "1"}, []string{"EXEC"}, []string{"PING"})
+	assert.Equal(t, "+OK\r\n+QUEUED\r\n*1\r\n"+allowed+invalidate("d")+"+PONG\r\n", r)
+
+	// Another client's change: a push, between pipelines.
+	h.cmd("GET", "e")
+	throttler(t, h)("e")
+	assert.Equal(t, []string{invalidate("e")}, p.take())
 }
 
 // TestTrackingConcurrent: tracking clients reading, switching modes and
