@@ -30,7 +30,10 @@ type Decision struct {
 //
 // A state of another kind than its limit's is ErrWrongType, checked before
 // anything is decided: the caller replies it and charges nothing. A state
-// that does not decode is ErrCorrupt.
+// that does not decode is ErrCorrupt, with one exception: an SWL log's
+// entries are trusted (only its header and length are checked), since
+// checking up to 10,000 of them would cost every call tens of µs. Pass
+// only states this package wrote, or states Decode accepted.
 //
 // The deciding limit is, in an admitted call, the one with the least
 // remaining; in a rejected call the rejecting one with the largest

@@ -19,7 +19,7 @@
 //	// for each call.Limits[i], read the key's encoded state (nil if missing)
 //	res := make([]limit.Result, len(call.Limits))
 //	d, buf, err := limit.Decide(call.Limits, states, now, call.Options, res, buf[:0])
-//	// err: ErrWrongType (reply it), or a corrupt stored state
+//	// err: ErrWrongType (reply it), or a corrupt stored state (see Decide)
 //	// reply [d.R5..., d.Index, [res[i].R5...]]; store res[i].State
 //	// with expiry res[i].ExpireAt for every res[i].Write
 //

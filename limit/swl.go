@@ -62,7 +62,8 @@ func (g swlLog) newest() (int64, bool) {
 }
 
 // swlView checks an encoded body's header and length and returns its log;
-// the entries are checked by whoever reads them (check, eval).
+// the entries are checked by Decode (check), where a state enters the
+// keyspace, and trusted by eval.
 func swlView(body []byte) (swlLog, error) {
 	if len(body) < swlHead {
 		return swlLog{}, ErrCorrupt
