@@ -81,7 +81,7 @@ type tracker struct {
 	// command that changed the key (its tracking_pending_keys) rather than
 	// between pipelines: copies, written by writeSelfInvalidations; npending
 	// is their number, read without mu by finish.
-	pending  [][]byte
+	pending  []ownInvalidation
 	npending atomic.Int32
 
 	// caching is CLIENT CACHING's flag for the next command, spent that
@@ -102,9 +102,9 @@ func (t *tracker) KeyChanged(key []byte, by uint64) {
 	// The client's own change, made by its pipeline running now: its
 	// invalidation goes after that command's reply (a registration
 	// fires once, so there are at most as many as it tracks keys).
-	self := !skip && own && t.redirect == 0 && t.c.Proto() == 3
+	self := !skip && own && t.ownAfterReply()
 	if self {
-		t.pending = append(t.pending, bytes.Clone(key))
+		t.pending = append(t.pending, ownInvalidation{key: bytes.Clone(key)})
 		t.npending.Store(int32(len(t.pending)))
 	}
 	t.mu.Unlock()
@@ -112,6 +112,17 @@ func (t *tracker) KeyChanged(key []byte, by uint64) {
 		t.invalidate(key, false)
 	}
 }
+
+// ownInvalidation is a pending invalidation of the client's own change:
+// of key, or (null) of everything, after its flush.
+type ownInvalidation struct {
+	key  []byte
+	null bool
+}
+
+// ownAfterReply reports whether the client's own changes are told after
+// the reply of the command that made them: in RESP3, to itself. With t.mu.
+func (t *tracker) ownAfterReply() bool { return t.redirect == 0 && t.c.Proto() == 3 }
 
 // writeSelfInvalidations writes to out, as pushes, the pending
 // invalidations of the client's own changes of cmd's keys in args (cmd
@@ -128,13 +139,13 @@ func (c *Client) writeSelfInvalidations(out *Out, cmd *Command, args [][]byte) {
 	resp3 := c.Proto() == 3 // a HELLO 2 since: RESP2 has no pushes
 	t.mu.Lock()
 	kept := t.pending[:0]
-	for _, k := range t.pending {
-		if cmd != nil && !slices.ContainsFunc(keys, func(x []byte) bool { return bytes.Equal(x, k) }) {
-			kept = append(kept, k)
+	for _, p := range t.pending {
+		if cmd != nil && (p.null || !slices.ContainsFunc(keys, func(x []byte) bool { return bytes.Equal(x, p.key) })) {
+			kept = append(kept, p)
 			continue
 		}
 		if resp3 {
-			out.B = appendInvalidate(out.B, k, false, 3)
+			out.B = appendInvalidate(out.B, p.key, p.null, 3)
 		}
 	}
 	clear(t.pending[len(kept):])
@@ -652,7 +663,7 @@ func (s *Server) trackFlush(c *Client, flush func()) {
 	s.flushing.begin(uint64(c.ID))
 	defer s.flushing.end(uint64(c.ID))
 	flush()
-	s.trackingFlushed()
+	s.trackingFlushed(c)
 }
 
 // flushers are the sessions running a flush (their changes are told by
@@ -693,8 +704,9 @@ func (f *flushers) has(id uint64) bool {
 	return f.ids[id] > 0
 }
 
-// trackingFlushed sends every tracking client the null invalidation.
-func (s *Server) trackingFlushed() {
+// trackingFlushed sends every tracking client the null invalidation;
+// the flusher's own comes after its reply (ownAfterReply).
+func (s *Server) trackingFlushed(by *Client) {
 	s.clientsMu.Lock()
 	var ts []*tracker
 	for _, cl := range s.clients {
@@ -705,9 +717,13 @@ func (s *Server) trackingFlushed() {
 	s.clientsMu.Unlock()
 	for _, t := range ts {
 		t.mu.Lock()
-		on := t.on
+		on, own := t.on, t.c == by && t.ownAfterReply()
+		if on && own {
+			t.pending = append(t.pending, ownInvalidation{null: true})
+			t.npending.Store(int32(len(t.pending)))
+		}
 		t.mu.Unlock()
-		if on {
+		if on && !own {
 			t.invalidate(nil, true)
 		}
 	}

@@ -268,6 +268,11 @@ func TestTrackingOwnChangeAfterItsReply(t *testing.T) {
 	h.cmd("GET", "e")
 	throttler(t, h)("e")
 	assert.Equal(t, []string{invalidate("e")}, p.take())
+
+	// Its own flush: the null invalidation after FLUSHALL's reply.
+	r = h.do([]string{"FLUSHALL"}, []string{"PING"})
+	assert.Equal(t, "+OK\r\n>2\r\n$10\r\ninvalidate\r\n_\r\n+PONG\r\n", r)
+	assert.Empty(t, p.take())
 }
 
 // TestTrackingConcurrent: tracking clients reading, switching modes and
