@@ -68,10 +68,18 @@ func (sh *shard) admit(op *envelope, now int64) bool {
 	case SlotOwned:
 		return true
 	case SlotImporting:
-		if op.asking {
-			return true
+		if !op.asking {
+			op.status = &Redirect{Kind: Moved, Slot: slot}
+			return false
 		}
-		op.status = &Redirect{Kind: Moved, Slot: slot}
+		// Redis's rule for an importing slot under ASKING: a command of
+		// several keys runs only if all of them are here (TRYAGAIN: some
+		// are still on the source, which would serve them too).
+		if have, want := sh.present(op, now); want > 1 && have < want {
+			op.status = &Redirect{Kind: TryAgain, Slot: slot}
+			return false
+		}
+		return true
 	case SlotNotOwned:
 		op.status = &Redirect{Kind: Moved, Slot: slot}
 	case SlotMigrating:
@@ -81,19 +89,7 @@ func (sh *shard) admit(op *envelope, now int64) bool {
 		// Redis's rule for a migrating slot: all of the keys here → run;
 		// none → ASK (they moved, or are new: the target creates them);
 		// some → TRYAGAIN. An expired key is missing, as in Redis.
-		nowMs := floorMs(now)
-		have, want := 0, 1
-		if lr, ok := op.req.(*LimitReq); ok && len(lr.Call.Limits) > 1 {
-			want = len(lr.Call.Limits)
-			for _, l := range lr.Call.Limits {
-				if sh.find(l.Key, sh.t.hash(l.Key), nowMs) >= 0 {
-					have++
-				}
-			}
-		} else if sh.find(op.key, op.keyHash(sh.t, op.key), nowMs) >= 0 {
-			have = 1
-		}
-		switch have {
+		switch have, want := sh.present(op, now); have {
 		case want:
 			return true
 		case 0:
@@ -103,6 +99,24 @@ func (sh *shard) admit(op *envelope, now int64) bool {
 		}
 	}
 	return false
+}
+
+// present counts the keys of op (a CL.LIMIT's, or its one key) that are
+// live here: have of want.
+func (sh *shard) present(op *envelope, now int64) (have, want int) {
+	nowMs := floorMs(now)
+	if lr, ok := op.req.(*LimitReq); ok && len(lr.Call.Limits) > 1 {
+		for _, l := range lr.Call.Limits {
+			if sh.find(l.Key, sh.t.hash(l.Key), nowMs) >= 0 {
+				have++
+			}
+		}
+		return have, len(lr.Call.Limits)
+	}
+	if sh.find(op.key, op.keyHash(sh.t, op.key), nowMs) >= 0 {
+		have = 1
+	}
+	return have, 1
 }
 
 // SlotStateReq sets the gate of every slot the shard covers to

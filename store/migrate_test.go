@@ -115,6 +115,41 @@ func TestGateMultiKeyLimit(t *testing.T) {
 	assert.NoError(t, err, "both here")
 }
 
+// TestGateMultiKeyLimitImporting: under ASKING, a CL.LIMIT of several
+// keys in a slot importing here runs only if all of them are here; while
+// some are still on the source it gets TRYAGAIN (Redis's getNodeByQuery),
+// else the key left on the source would be charged on both nodes. One key
+// runs, here or not (the source sent the ASK because it is not there).
+func TestGateMultiKeyLimitImporting(t *testing.T) {
+	st, _ := newTestStore(t, 1)
+	a, b := "{i}a", "{i}b"
+	slot := cluster.KeySlot([]byte(a))
+	_, err := doLimit(st, parseLimitLine(t, a+" FW 10 60"))
+	require.NoError(t, err)
+	g := gateAll(SlotOwned)
+	g[slot] = SlotImporting
+	st.InitGate(g)
+	asking := func(line string) error {
+		r := &LimitReq{Call: parseLimitLine(t, line)}
+		s := st.NewSession()
+		s.SetAsking(true)
+		s.Add(r)
+		s.Run()
+		if err := r.Status(); err != nil {
+			return err
+		}
+		return r.Err
+	}
+	err = asking(fmt.Sprintf("%s FW 10 60 AND %s FW 10 60", a, b))
+	assert.Equal(t, &Redirect{Kind: TryAgain, Slot: slot}, AsRedirect(err), "one of two here")
+	err = asking(fmt.Sprintf("{i}c FW 10 60 AND %s FW 10 60", b))
+	assert.Equal(t, &Redirect{Kind: TryAgain, Slot: slot}, AsRedirect(err), "none here")
+	assert.NoError(t, asking(b+" FW 10 60"), "one key: runs, created here")
+	assert.NoError(t, asking(fmt.Sprintf("%s FW 10 60 AND %s FW 10 60", a, b)), "both here")
+	err = limitKeyed(st, parseLimitLine(t, fmt.Sprintf("%s FW 10 60 AND %s FW 10 60", a, b)))
+	assert.Equal(t, &Redirect{Kind: Moved, Slot: slot}, AsRedirect(err), "without ASKING")
+}
+
 // TestSlotStateReqRefusesSlotsWithKeys: giving a slot up (SlotNotOwned)
 // with RequireEmpty is refused while a live key of it is here, changing
 // nothing; expired keys do not count and are dropped with the change.
