@@ -323,6 +323,30 @@ func (s *Server) movedAway(ns *cluster.NodeState, slots []int) string {
 	return ""
 }
 
+// leftOnSource is the refusal of SETSLOT <slot> NODE <myself> on the node
+// importing slot from src while src still holds keys of it: from the flip
+// on, this node would serve those keys afresh while src still serves them
+// (Redis 7.0 accepts it, and a key is then charged on two nodes until the
+// move ends). A source it cannot reach is not asked (it may be gone for
+// good: the flip is how its slots are taken over); that is logged.
+func (s *Server) leftOnSource(ns *cluster.NodeState, slot int, src string) string {
+	n, _, _, ok := ns.Topology.Node(src)
+	if !ok {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	left, err := s.peer(n.Addr(), s.defaultPeerAuth(), 5*time.Second).ClusterCountKeysInSlot(ctx, slot).Result()
+	if err != nil {
+		s.log.Warn("cluster: SETSLOT NODE took a slot whose source could not be asked for keys left", "slot", slot, "source", n.Addr(), "err", err)
+		return ""
+	}
+	if left > 0 {
+		return fmt.Sprintf("ERR slot %d has %d keys on %s: move them here first (MIGRATE, or CLUSTER MOVEKEYS there)", slot, left, n.Addr())
+	}
+	return ""
+}
+
 // CLUSTER SETSLOT <slot> IMPORTING <id> | MIGRATING <id> | STABLE | NODE <id>
 func clusterSetSlot(c *Client, w *Out, args [][]byte) {
 	if !clusterYes(c, w, "SETSLOT") {
@@ -436,6 +460,12 @@ func (s *Server) setSlotNode(c *Client, w *Out, slot int, id string) {
 	if p := cur.Migrating[slot]; p != "" && n.ID != p {
 		// The move ends without the slot going to its target: as STABLE.
 		if e := s.movedAway(cur, []int{slot}); e != "" {
+			w.WriteError(e)
+			return
+		}
+	}
+	if src := cur.Importing[slot]; src != "" && n.ID == s.myID {
+		if e := s.leftOnSource(cur, slot, src); e != "" {
 			w.WriteError(e)
 			return
 		}

@@ -1451,6 +1451,50 @@ func TestClusterSwapSlotsBothWays(t *testing.T) {
 	}
 }
 
+// The new owner of a slot being moved refuses to take it over
+// (SETSLOT <slot> NODE <itself>) while the old owner still holds keys of
+// it: from then on it would serve those keys afresh while the old owner
+// still serves them (redis-server 7.0 accepts it). Once every key moved,
+// the flip is accepted on both nodes and the counts carried over.
+func TestClusterSetSlotNodeWaitsForTheKeys(t *testing.T) {
+	nodes := clStartNodes(t, 2)
+	doc := clInit(t, nodes, 1)
+	clApplyOK(t, doc)
+	cs := clClients(t, nodes)
+	ctx := ctxT(t, 30*time.Second)
+	tag := "t0"
+	for i := 0; clSlot("{"+tag+"}") >= 8192; i++ { // node 1's
+		tag = "t" + strconv.Itoa(i)
+	}
+	slot := clSlot("{" + tag + "}")
+	keys := []string{"{" + tag + "}1", "{" + tag + "}2", "{" + tag + "}3", "{" + tag + "}4"}
+	for _, k := range keys {
+		require.NoError(t, cs[0].Do(ctx, "CL.LIMIT", k, "FW", 100, 3600).Err())
+	}
+	id1, id2 := clNodeID("127.0.0.1", nodes[0].Port), clNodeID("127.0.0.1", nodes[1].Port)
+	require.NoError(t, cs[1].Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", id1).Err())
+	require.NoError(t, cs[0].Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", id2).Err())
+	migrate := func(ks ...string) {
+		args := []any{"MIGRATE", "127.0.0.1", nodes[1].Port, "", 0, 5000, "KEYS"}
+		for _, k := range ks {
+			args = append(args, k)
+		}
+		require.NoError(t, cs[0].Do(ctx, args...).Err())
+	}
+	migrate(keys[:2]...)
+	err := cs[1].Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id2).Err()
+	require.Error(t, err)
+	assert.Equal(t, fmt.Sprintf("ERR slot %d has 2 keys on %s: move them here first (MIGRATE, or CLUSTER MOVEKEYS there)", slot, nodes[0].Addr), err.Error())
+	migrate(keys[2:]...)
+	require.NoError(t, cs[1].Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id2).Err())
+	require.NoError(t, cs[0].Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id2).Err())
+	for _, k := range keys {
+		r, err := cs[1].Do(ctx, "CL.LIMIT", k, "FW", 100, 3600).Slice()
+		require.NoError(t, err, k)
+		assert.Equal(t, int64(98), r[2], "%s: charged once before the move, once after", k)
+	}
+}
+
 // atoiOr0 is strconv.Atoi, 0 for what is not a number.
 func atoiOr0(s string) int {
 	n, _ := strconv.Atoi(s)
