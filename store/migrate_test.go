@@ -81,9 +81,13 @@ func (nopListener) KeyChanged([]byte, uint64) {}
 
 // limitKeyed runs a call as the service queues a one-shard call: keyed by
 // its first key, so the gate checks it.
-func limitKeyed(st *Store, call limit.Call) error {
+func limitKeyed(st *Store, call limit.Call) error { return limitKeyedAsking(st, call, false) }
+
+// limitKeyedAsking is limitKeyed with the session's ASKING flag.
+func limitKeyedAsking(st *Store, call limit.Call, asking bool) error {
 	r := &LimitReq{Call: call}
 	s := st.NewSession()
+	s.SetAsking(asking)
 	s.Add(r)
 	s.Run()
 	if err := r.Status(); err != nil {
@@ -129,17 +133,7 @@ func TestGateMultiKeyLimitImporting(t *testing.T) {
 	g := gateAll(SlotOwned)
 	g[slot] = SlotImporting
 	st.InitGate(g)
-	asking := func(line string) error {
-		r := &LimitReq{Call: parseLimitLine(t, line)}
-		s := st.NewSession()
-		s.SetAsking(true)
-		s.Add(r)
-		s.Run()
-		if err := r.Status(); err != nil {
-			return err
-		}
-		return r.Err
-	}
+	asking := func(line string) error { return limitKeyedAsking(st, parseLimitLine(t, line), true) }
 	err = asking(fmt.Sprintf("%s FW 10 60 AND %s FW 10 60", a, b))
 	assert.Equal(t, &Redirect{Kind: TryAgain, Slot: slot}, AsRedirect(err), "one of two here")
 	err = asking(fmt.Sprintf("{i}c FW 10 60 AND %s FW 10 60", b))
