@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -236,6 +237,24 @@ func slotRanges(t *cluster.Topology) []slotRange {
 	return out
 }
 
+// host is the host c is told to reach node n at: the topology's, except
+// for this node announcing an unspecified address (--addr 0.0.0.0:P, no
+// --cluster-announce), which no client can reach from elsewhere: then the
+// address c reached it at (its connection's local address), as a client
+// of one address expects.
+func (c *Client) host(n cluster.Node) string {
+	if n.ID != c.srv.myID {
+		return n.Host
+	}
+	if ip := net.ParseIP(n.Host); ip == nil || !ip.IsUnspecified() {
+		return n.Host
+	}
+	if h, _, err := net.SplitHostPort(c.LAddr); err == nil && h != "" {
+		return h
+	}
+	return n.Host
+}
+
 // CLUSTER SLOTS
 func clusterSlots(c *Client, w *Out, _ [][]byte) {
 	if !clusterGuard(c, w) {
@@ -252,7 +271,7 @@ func clusterSlots(c *Client, w *Out, _ [][]byte) {
 		w.WriteInt(int64(r.hi))
 		for _, n := range nodes {
 			w.WriteArray(4)
-			w.WriteBulkString(n.Host)
+			w.WriteBulkString(c.host(n))
 			w.WriteInt(int64(n.Port))
 			w.WriteBulkString(n.ID)
 			w.WriteMap(0) // networking metadata (Redis 7): none
@@ -300,9 +319,9 @@ func clusterShards(c *Client, w *Out, _ [][]byte) {
 			w.WriteBulkString("port")
 			w.WriteInt(int64(n.Port))
 			w.WriteBulkString("ip")
-			w.WriteBulkString(n.Host)
+			w.WriteBulkString(c.host(n))
 			w.WriteBulkString("endpoint")
-			w.WriteBulkString(n.Host)
+			w.WriteBulkString(c.host(n))
 			w.WriteBulkString("role")
 			w.WriteBulkString(role)
 			w.WriteBulkString("replication-offset")
@@ -339,7 +358,7 @@ func clusterNodes(c *Client, w *Out, _ [][]byte) {
 			if n.ID == s.myID {
 				flags = "myself," + flags
 			}
-			fmt.Fprintf(&b, "%s %s:%d@%d %s %s 0 0 %d connected", n.ID, n.Host, n.Port, n.Port+10000, flags, master, t.Epoch)
+			fmt.Fprintf(&b, "%s %s:%d@%d %s %s 0 0 %d connected", n.ID, c.host(n), n.Port, n.Port+10000, flags, master, t.Epoch)
 			if j == 0 {
 				for _, r := range rs {
 					if r.shard != i {

@@ -3,6 +3,7 @@ package commands
 import (
 	"math"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/limit"
 	"github.com/cellserver/cellserver/store"
@@ -156,4 +158,26 @@ func TestImportStateCarriesEveryKind(t *testing.T) {
 	assert.Equal(t, ":1\r\n", h.cmd("CLUSTER", "IMPORTSTATE", "g", tat, gexp))
 	assert.Equal(t, "$19\r\n"+strconv.FormatInt(harnessNow+10e9, 10)+"\r\n", h.cmd("GET", "g"))
 	assert.Equal(t, "+string\r\n", h.cmd("TYPE", "g"))
+}
+
+// TestEmulatedUnspecifiedAddress: a node listening on 0.0.0.0 with no
+// --cluster-announce tells each client the address it reached the node at
+// (CLUSTER SLOTS, SHARDS and NODES), not 0.0.0.0, which a client elsewhere
+// cannot reach; its node id is still that of its announced address.
+func TestEmulatedUnspecifiedAddress(t *testing.T) {
+	h := newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterEmulated, Host: "0.0.0.0", Port: 7001}})
+	id := cluster.NodeID("0.0.0.0", 7001)
+	a := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5555}
+	h.c = h.srv.NewClient(a, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 7001})
+	assert.Equal(t, "*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$8\r\n10.0.0.9\r\n:7001\r\n$40\r\n"+id+"\r\n*0\r\n", h.cmd("CLUSTER", "SLOTS"))
+	assert.Contains(t, h.cmd("CLUSTER", "NODES"), id+" 10.0.0.9:7001@17001 myself,master - 0 0 1 connected 0-16383\n")
+	assert.Contains(t, h.cmd("CLUSTER", "SHARDS"), "$2\r\nip\r\n$8\r\n10.0.0.9\r\n$8\r\nendpoint\r\n$8\r\n10.0.0.9\r\n")
+
+	// Through the loopback: 127.0.0.1.
+	h.c = h.srv.NewClient(a, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7001})
+	assert.Contains(t, h.cmd("CLUSTER", "SLOTS"), "$9\r\n127.0.0.1\r\n:7001\r\n")
+	// An announced address is told as it is.
+	h2 := newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterEmulated, Host: "192.0.2.1", Port: 7001}})
+	h2.c = h2.srv.NewClient(a, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 7001})
+	assert.Contains(t, h2.cmd("CLUSTER", "SLOTS"), "$9\r\n192.0.2.1\r\n:7001\r\n")
 }
