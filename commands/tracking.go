@@ -104,8 +104,7 @@ func (t *tracker) KeyChanged(key []byte, by uint64) {
 	// fires once, so there are at most as many as it tracks keys).
 	self := !skip && own && t.ownAfterReply()
 	if self {
-		t.pending = append(t.pending, ownInvalidation{key: bytes.Clone(key)})
-		t.npending.Store(int32(len(t.pending)))
+		t.addPending(ownInvalidation{key: bytes.Clone(key)})
 	}
 	t.mu.Unlock()
 	if !skip && !self {
@@ -118,6 +117,12 @@ func (t *tracker) KeyChanged(key []byte, by uint64) {
 type ownInvalidation struct {
 	key  []byte
 	null bool
+}
+
+// addPending queues p for writeSelfInvalidations. With t.mu.
+func (t *tracker) addPending(p ownInvalidation) {
+	t.pending = append(t.pending, p)
+	t.npending.Store(int32(len(t.pending)))
 }
 
 // ownAfterReply reports whether the client's own changes are told after
@@ -719,8 +724,7 @@ func (s *Server) trackingFlushed(by *Client) {
 		t.mu.Lock()
 		on, own := t.on, t.c == by && t.ownAfterReply()
 		if on && own {
-			t.pending = append(t.pending, ownInvalidation{null: true})
-			t.npending.Store(int32(len(t.pending)))
+			t.addPending(ownInvalidation{null: true})
 		}
 		t.mu.Unlock()
 		if on && !own {

@@ -75,9 +75,11 @@ func (sh *shard) admit(op *envelope, now int64) bool {
 		// Redis's rule for an importing slot under ASKING: a command of
 		// several keys runs only if all of them are here (TRYAGAIN: some
 		// are still on the source, which would serve them too).
-		if have, want := sh.present(op, now); want > 1 && have < want {
-			op.status = &Redirect{Kind: TryAgain, Slot: slot}
-			return false
+		if multiKey(op) {
+			if have, want := sh.present(op, now); have < want {
+				op.status = &Redirect{Kind: TryAgain, Slot: slot}
+				return false
+			}
 		}
 		return true
 	case SlotNotOwned:
@@ -101,11 +103,19 @@ func (sh *shard) admit(op *envelope, now int64) bool {
 	return false
 }
 
+// multiKey reports whether op is a CL.LIMIT of several keys (the one
+// keyed request that names more than one key).
+func multiKey(op *envelope) bool {
+	lr, ok := op.req.(*LimitReq)
+	return ok && len(lr.Call.Limits) > 1
+}
+
 // present counts the keys of op (a CL.LIMIT's, or its one key) that are
 // live here: have of want.
 func (sh *shard) present(op *envelope, now int64) (have, want int) {
 	nowMs := floorMs(now)
-	if lr, ok := op.req.(*LimitReq); ok && len(lr.Call.Limits) > 1 {
+	if multiKey(op) {
+		lr := op.req.(*LimitReq)
 		for _, l := range lr.Call.Limits {
 			if sh.find(l.Key, sh.t.hash(l.Key), nowMs) >= 0 {
 				have++
