@@ -26,6 +26,10 @@ type BenchSpec struct {
 	RESP3    bool     // -3: every client says HELLO 3 first
 	Command  []string // the command and its arguments
 	Timeout  time.Duration
+	// Pipeload, when set, is a program that runs the same load with
+	// Pipeload (see PipeloadArg) instead of redis-benchmark (Binary and
+	// Threads are then unused).
+	Pipeload string `json:"-"`
 }
 
 // BenchResult is what one run measured. Latencies are in milliseconds as
@@ -65,10 +69,14 @@ func (s BenchSpec) Args() []string {
 
 // RunBenchmark runs redis-benchmark once and parses its full (non-CSV)
 // output, which in 7.x carries the whole percentile distribution (the CSV
-// output stops at p99).
+// output stops at p99); with s.Pipeload set, it runs the same load with
+// Pipeload instead.
 func RunBenchmark(ctx context.Context, s BenchSpec) (BenchResult, string, error) {
 	if err := CheckLoopback(s.Addr); err != nil {
 		return BenchResult{}, "", err
+	}
+	if s.Pipeload != "" {
+		return runPipeload(ctx, s)
 	}
 	if s.Timeout == 0 {
 		s.Timeout = 2 * time.Minute

@@ -386,7 +386,7 @@ func runScenario(ctx context.Context, e *env, sc scenario, systems []system, loa
 			keyspace, preload = s.keyspace, s.preload
 		}
 		specs[i] = bench.BenchSpec{Binary: cfg.RedisBenchmark, Addr: s.proc.Addr, Clients: cfg.Clients,
-			Pipeline: sc.Pipeline, Keyspace: keyspace, Threads: cfg.Threads, Command: argv, RESP3: s.resp3}
+			Pipeline: sc.Pipeline, Keyspace: keyspace, Threads: cfg.Threads, Command: argv, RESP3: s.resp3, Pipeload: cfg.pipeload}
 
 		// Preload the live keyspace, continuing where an earlier scenario stopped.
 		if preload > 0 && s.argv != nil {

@@ -29,6 +29,12 @@ import (
 	"github.com/cellserver/cellserver/bench"
 )
 
+// The load generators of --generator.
+const (
+	genRedisBenchmark = "redis-benchmark"
+	genPipeload       = "pipeload"
+)
+
 // config is everything the flags set.
 type config struct {
 	Rounds         int           `json:"rounds"`
@@ -40,6 +46,8 @@ type config struct {
 	DurationScale  float64       `json:"duration_scale"`
 	Clients        int           `json:"clients"`
 	Threads        int           `json:"bench_threads"`
+	Generator      string        `json:"generator"`
+	pipeload       string        // this program, when Generator is pipeload
 	ServerArgs     string        `json:"server_args"`
 	RedisCell      string        `json:"redis_cell_module"`
 	CellserverBin  string        `json:"cellserver_bin"`
@@ -79,6 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.DurationScale, "duration-scale", 1, "multiply every run's length (0.5: half as long)")
 	fs.IntVar(&c.Clients, "clients", 50, "redis-benchmark -c")
 	fs.IntVar(&c.Threads, "bench-threads", 0, "redis-benchmark --threads (0: single-threaded, its default)")
+	fs.StringVar(&c.Generator, "generator", genRedisBenchmark, "load generator: redis-benchmark, or pipeload (bench.Pipeload: the same load, one thread, replies counted, not decoded)")
 	fs.StringVar(&c.ServerArgs, "server-args", "", "extra cellserver flags, e.g. \"--fsync always\" or \"--in-memory\"")
 	fs.StringVar(&c.RedisCell, "redis-cell-module", "", "`path` of a built redis-cell module (libredis_cell.so); adds Redis+redis-cell")
 	fs.StringVar(&c.CellserverBin, "cellserver-bin", "", "use this cellserver binary instead of building ./cmd/cellserver")
@@ -128,6 +137,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if len(strings.Fields(c.MemLimit)) != 2 {
 		return c, fmt.Errorf("--mem-limit-params %q: want \"limit window_s\"", c.MemLimit)
 	}
+	switch c.Generator {
+	case genRedisBenchmark:
+	case genPipeload:
+		if c.Threads != 0 {
+			return c, fmt.Errorf("--bench-threads is redis-benchmark's: pipeload has one thread")
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return c, fmt.Errorf("--generator pipeload: %w", err)
+		}
+		c.pipeload = self
+	default:
+		return c, fmt.Errorf("--generator %q: want %s or %s", c.Generator, genRedisBenchmark, genPipeload)
+	}
 	if c.Rounds < 1 || c.Rounds > 100 {
 		return c, fmt.Errorf("--rounds must be 1..100")
 	}
@@ -161,6 +184,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == cannedArg {
 		os.Exit(cannedMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == bench.PipeloadArg {
+		os.Exit(bench.PipeloadMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run())
 }

@@ -179,7 +179,7 @@ func memoryOne(ctx context.Context, e *env, name, kind string, n int) (*memRow, 
 	// A load run over the loaded keys, to see GC pauses against latency.
 	s := system{name: name, proc: p}
 	spec := bench.BenchSpec{Binary: e.cfg.RedisBenchmark, Addr: p.Addr, Clients: e.cfg.Clients, Pipeline: 16,
-		Keyspace: n, Threads: e.cfg.Threads, Command: row.Command, Requests: 100_000}
+		Keyspace: n, Threads: e.cfg.Threads, Command: row.Command, Requests: 100_000, Pipeload: e.cfg.pipeload}
 	warm := measure(ctx, spec, s, 0)
 	if warm.Error != "" {
 		return row, fmt.Errorf("warm-up: %s", warm.Error)
@@ -259,7 +259,7 @@ func memoryReport(r *memoryResult) string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %.1f | %s | %.1f | %s | %s | %s | %s |\n", x.System, x.kind(), x.Keys, x.DBSize,
 			mb(x.RSSBefore), mb(x.RSSLoaded), x.RSSPerKey, after, x.HeapPerKey, live, kt, kilo(x.Load.Rate), gc)
 	}
-	b.WriteString("\nLoad run over the loaded keys (`redis-benchmark -c 50 -P 16 -r <keys>`, same command):\n\n")
+	fmt.Fprintf(&b, "\nLoad run over the loaded keys (`%s -c 50 -P 16 -r <keys>`, same command):\n\n", r.Config.Generator)
 	b.WriteString("| system | kind | keys | rps | p50 ms | p99 ms | p99.9 ms | max ms | server CPU µs/op | GC cycles | GC STW p99 ms | GC STW max ms | RSS after run | others' CPU |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Rows {

@@ -33,8 +33,11 @@ func report(r *compareResult) string {
 	if r.Config.RedisCell != "" {
 		fmt.Fprintf(&b, "; `redis-server --loadmodule %s`", r.Config.RedisCell)
 	}
-	fmt.Fprintf(&b, ".\nLoad: `redis-benchmark -c %d -P <pipeline> [-r <keyspace>]`, systems alternating A B A B over %d measured rounds after one warm-up run each; every figure is the median over the rounds.\n",
-		r.Config.Clients, r.Config.Rounds)
+	fmt.Fprintf(&b, ".\nLoad: `%s -c %d -P <pipeline> [-r <keyspace>]`, systems alternating A B A B over %d measured rounds after one warm-up run each; every figure is the median over the rounds.\n",
+		r.Config.Generator, r.Config.Clients, r.Config.Rounds)
+	if r.Config.Generator == genPipeload {
+		b.WriteString("The load generator is pipeload (`bench.Pipeload`): redis-benchmark's load (the same clients, pipelines and random keys) from one thread that counts replies without decoding them.\n")
+	}
 	for _, sc := range r.Scenarios {
 		b.WriteString(scenarioTable(r, sc))
 	}
@@ -60,7 +63,7 @@ func scenarioTable(r *compareResult, sc *scenarioResult) string {
 		if s.Keyspace > 0 {
 			ks = fmt.Sprintf(" -r %d", s.Keyspace)
 		}
-		fmt.Fprintf(&b, "`redis-benchmark -c %d -P %d%s %s`", r.Config.Clients, s.Pipeline, ks, cmd)
+		fmt.Fprintf(&b, "`%s -c %d -P %d%s %s`", r.Config.Generator, r.Config.Clients, s.Pipeline, ks, cmd)
 		if s.Preload > 0 {
 			fmt.Fprintf(&b, " after loading keys %s000000000000..%s%012d", s.Prefix, s.Prefix, s.Preload-1)
 		}
@@ -69,7 +72,7 @@ func scenarioTable(r *compareResult, sc *scenarioResult) string {
 		}
 		b.WriteString("\n\n")
 	}
-	b.WriteString("| system | rps (median) | rps min-max | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | redis-benchmark CPU µs/op | GC cycles (max STW ms) | others' CPU |\n")
+	b.WriteString("| system | rps (median) | rps min-max | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | " + r.Config.Generator + " CPU µs/op | GC cycles (max STW ms) | others' CPU |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, sys := range sc.Systems {
 		m := sys.Median

@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// PipeloadArg, as a program's first argument, makes it run PipeloadMain: the
+// harness runs Pipeload as a process of its own (itself, re-executed), so
+// that the load generator's CPU is measured apart from the harness's, as
+// redis-benchmark's is.
+const PipeloadArg = "pipeload"
+
+// PipeloadMain runs Pipeload with the BenchSpec given as JSON in args[0] and
+// prints the BenchResult as JSON.
+func PipeloadMain(args []string, stdout, stderr io.Writer) int {
+	var s BenchSpec
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "pipeload: want one argument, the JSON spec")
+		return 2
+	}
+	if err := json.Unmarshal([]byte(args[0]), &s); err != nil {
+		fmt.Fprintln(stderr, "pipeload:", err)
+		return 2
+	}
+	r, err := Pipeload(s)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	js, _ := json.Marshal(r)
+	fmt.Fprintf(stdout, "%s\n", js)
+	return 0
+}
+
+// runPipeload runs s with Pipeload in the program s.Pipeload (see
+// PipeloadArg) and adds that process's CPU time to the result.
+func runPipeload(ctx context.Context, s BenchSpec) (BenchResult, string, error) {
+	if s.Timeout == 0 {
+		s.Timeout = 2 * time.Minute
+	}
+	js, err := json.Marshal(s)
+	if err != nil {
+		return BenchResult{}, "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout+10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.Pipeload, PipeloadArg, string(js))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return BenchResult{}, out.String(), fmt.Errorf("pipeload: %v: %s", err, strings.TrimSpace(errb.String()))
+	}
+	var r BenchResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		return r, out.String(), fmt.Errorf("pipeload's output: %w", err)
+	}
+	if ps := cmd.ProcessState; ps != nil {
+		r.ClientCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	return r, out.String(), nil
+}
