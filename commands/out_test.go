@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/tidwall/redcon"
 )
 
 // TestOutWriters: each writer of a RESP3 type, in both protocols (RESP2 is
@@ -47,5 +48,28 @@ func TestOutWriters(t *testing.T) {
 		assert.Equal(t, c.resp2, string(zero.B), "%s, zero Out", c.name)
 		assert.Equal(t, c.resp2, string(o2.B), "%s, RESP2", c.name)
 		assert.Equal(t, c.resp3, string(o3.B), "%s, RESP3", c.name)
+	}
+}
+
+// TestOutWriteInt: every integer is written as redcon writes it, whether it
+// comes from the table of small ones or not, into a full buffer or one
+// with room, and the copy's padding never shows.
+func TestOutWriteInt(t *testing.T) {
+	vals := []int64{math.MinInt64, math.MaxInt64, -1 << 40, 1 << 40, smallInts - 1, smallInts, smallInts + 1}
+	for v := int64(-20); v < smallInts+20; v++ {
+		vals = append(vals, v)
+	}
+	for _, v := range vals {
+		want := string(redcon.AppendInt([]byte("x"), v))
+		var full Out
+		full.B = []byte("x")[:1:1] // no room: append
+		full.WriteInt(v)
+		roomy := Out{B: append(make([]byte, 0, 64), 'x')}
+		roomy.WriteInt(v)
+		roomy.WriteInt(v)
+		if !assert.Equal(t, want, string(full.B), v) ||
+			!assert.Equal(t, want+want[1:], string(roomy.B), v) {
+			return
+		}
 	}
 }
