@@ -1,6 +1,7 @@
 // Command compare benchmarks cellserver side by side with Redis running a
 // GCRA Lua script (and, optionally, Redis with the redis-cell module), driving
-// each with redis-benchmark in turn, and prints markdown tables.
+// each with redis-benchmark (or, with --generator pipeload, bench.Pipeload) in
+// turn, and prints markdown tables.
 //
 //	go run ./bench/cmd/compare                      # the full comparison
 //	go run ./bench/cmd/compare --rounds 2 --quick   # shorter
