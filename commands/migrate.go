@@ -44,6 +44,16 @@ const (
 // source's store shard is held for one round trip and two syncs per batch.
 const migrateBatch = 100
 
+// maxMoveWait caps the timeout of one batch's round trip, whatever MIGRATE
+// or MOVEKEYS was given (redis-cli's reshard sends 60000 ms): the batch
+// holds its store shard, and with it the event loop that owns the shard,
+// until the target answers or twice the timeout has passed. A target that
+// accepts the connection and never answers then stops that loop's
+// clients for 10 s at most, not for two minutes or as long as a client
+// asked. A healthy target answers in milliseconds (one sync). A variable
+// for tests.
+var maxMoveWait = 5 * time.Second
+
 // migration is the server's state of slot moves besides the NodeState.
 type migration struct {
 	mu       sync.Mutex   // one move from this node at a time (MIGRATE, MOVEKEYS)
@@ -606,6 +616,7 @@ func (e errTarget) Error() string { return e.msg }
 // returns the keys moved and the scan's next position (0: the end).
 func (s *Server) moveBatch(c *Client, shard int, names [][]byte, in func(int) bool, gate uint8, cursor uint32,
 	dst cluster.Node, a peerAuth, timeout time.Duration) (moved int, next uint32, err error) {
+	timeout = min(timeout, maxMoveWait)
 	sess := c.sess
 	sess.Run()
 	sess.Hold([]int{shard})

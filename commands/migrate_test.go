@@ -2,9 +2,12 @@ package commands
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -233,4 +236,49 @@ func TestOpenSlotsCannotBeStranded(t *testing.T) {
 	assert.Equal(t, "-ASK 5 127.0.0.1:7002\r\n", h.do([]string{"GET", gone}))
 	assert.Equal(t, ok, h.do([]string{"CLUSTER", "SETSLOT", "5", "STABLE", "FORCE"}))
 	assert.Equal(t, "$-1\r\n", h.do([]string{"GET", gone}), "served here again")
+}
+
+// TestMigrateWaitIsCapped: a MIGRATE to a target that accepts the
+// connection and never answers gives up after maxMoveWait (twice it at
+// most), not after the timeout the client gave, since its batch holds the
+// store shard meanwhile; and nothing moved.
+func TestMigrateWaitIsCapped(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() { // accepts, reads, never answers
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	h := newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterYes, Host: "127.0.0.1", Port: 7001}})
+	top, err := cluster.Init([]string{"127.0.0.1:7001", ln.Addr().String()}, 1)
+	require.NoError(t, err)
+	doc, err := top.Marshal()
+	require.NoError(t, err)
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
+	key := "{a}k" // slot 15495: find which node owns it
+	slot := cluster.KeySlot([]byte(key))
+	owner, _ := top.PrimaryOf(slot)
+	if owner != top.Shards[0].Primary.ID {
+		key = "{b}k" // slot 3300
+		slot = cluster.KeySlot([]byte(key))
+	}
+	dst := top.Shards[1].Primary.ID
+	require.Equal(t, "*5\r\n:0\r\n:11\r\n:10\r\n:-1\r\n:60\r\n", h.do([]string{"CL.THROTTLE", key, "10", "1", "60"}))
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", strconv.Itoa(slot), "MIGRATING", dst}))
+
+	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
+	maxMoveWait = 200 * time.Millisecond
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	start := time.Now()
+	got := h.do([]string{"MIGRATE", host, port, "", "0", "600000", "KEYS", key})
+	took := time.Since(start)
+	assert.Equal(t, "-IOERR error or timeout reading to target instance\r\n", got)
+	assert.Less(t, took, 5*time.Second, "waited for the client's 10-minute timeout")
+	assert.Equal(t, ":1\r\n", h.do([]string{"EXISTS", key}), "a failed batch drops nothing")
 }
