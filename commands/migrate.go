@@ -607,12 +607,16 @@ type errTarget struct{ msg string }
 
 func (e errTarget) Error() string { return e.msg }
 
-// moveBatch moves one batch of keys of shard to dst: with the shard held,
+// moveBatch moves one batch of keys of shard to dst. With the shard held,
 // it exports the keys (names, or up to migrateBatch keys in of a table
-// scan from cursor), sends them to dst, which replies once they are
-// durable there, then drops them here and syncs that before the shard
-// serves anything again (so no ASK for a dropped key can be answered
-// before the drop is on disk). On any failure nothing is dropped. It
+// scan from cursor) and marks them in flight: until they land, a request
+// on one of them gets TRYAGAIN, and every other key of the shard is served
+// as usual (the shard is let go while the copies travel). It sends them to
+// dst, which replies once they are durable there; then, with the shard
+// held again, drops them here and syncs that before the shard serves
+// anything else (so no ASK for a dropped key can be answered before the
+// drop is on disk). On any failure nothing is dropped and the keys are
+// served here again, unchanged (nothing could change them in flight). It
 // returns the keys moved and the scan's next position (0: the end).
 func (s *Server) moveBatch(c *Client, shard int, names [][]byte, in func(int) bool, gate uint8, cursor uint32,
 	dst cluster.Node, a peerAuth, timeout time.Duration) (moved int, next uint32, err error) {
@@ -620,25 +624,34 @@ func (s *Server) moveBatch(c *Client, shard int, names [][]byte, in func(int) bo
 	sess := c.sess
 	sess.Run()
 	sess.Hold([]int{shard})
-	defer sess.Release()
-	ex := store.ExportReq{Keys: names, In: in, Max: migrateBatch, Cursor: cursor, Gated: names == nil, Gate: gate}
+	ex := store.ExportReq{Keys: names, In: in, Max: migrateBatch, Cursor: cursor, Gated: names == nil, Gate: gate, Fly: true}
 	sess.AddTo(shard, &ex)
+	sess.Release()
 	if err := ex.Status(); err != nil {
 		return 0, 0, errTarget{s.storeStatusText(err)}
 	}
 	if len(ex.Entries) == 0 {
 		return 0, ex.Next, nil
 	}
+	keys := make([][]byte, len(ex.Entries))
+	for i, e := range ex.Entries {
+		keys[i] = e.Key
+	}
+	landed := false
+	defer func() {
+		if !landed { // the batch failed: serve the keys here again
+			sess.AddTo(shard, &store.LandReq{Keys: keys})
+			sess.Run()
+		}
+	}()
 	args := make([]any, 0, 4+3*len(ex.Entries))
 	// The target refuses the batch after its deadline: once this side
 	// stopped waiting (2×timeout) a late copy must not replace what the
 	// target has served since a later batch moved the same keys.
 	deadline := time.Now().Add(timeout).UnixMilli()
 	args = append(args, "CLUSTER", "MIGRATESTATE", s.myID, importVersion, strconv.FormatInt(deadline, 10))
-	keys := make([][]byte, len(ex.Entries))
-	for i, e := range ex.Entries {
+	for _, e := range ex.Entries {
 		args = append(args, e.Key, e.State, strconv.FormatInt(e.Expires, 10))
-		keys[i] = e.Key
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
 	defer cancel()
@@ -649,8 +662,11 @@ func (s *Server) moveBatch(c *Client, shard int, names [][]byte, in func(int) bo
 		}
 		return 0, 0, err
 	}
-	drop := store.DropKeysReq{Keys: keys}
-	sess.AddTo(shard, &drop)
+	sess.Hold([]int{shard})
+	defer sess.Release()
+	land := store.LandReq{Keys: keys, Drop: true}
+	sess.AddTo(shard, &land)
+	landed = true
 	if err := sess.SyncHeld(); err != nil {
 		// The target has the keys; here they are dropped from memory but
 		// perhaps not on disk. Stop the move: the operator sees why.

@@ -238,14 +238,14 @@ func TestOpenSlotsCannotBeStranded(t *testing.T) {
 	assert.Equal(t, "$-1\r\n", h.do([]string{"GET", gone}), "served here again")
 }
 
-// TestMigrateWaitIsCapped: a MIGRATE to a target that accepts the
-// connection and never answers gives up after maxMoveWait (twice it at
-// most), not after the timeout the client gave, since its batch holds the
-// store shard meanwhile; and nothing moved.
-func TestMigrateWaitIsCapped(t *testing.T) {
+// blackHole is a harness for node 127.0.0.1:7001 of a two-node cluster
+// whose other node accepts connections and never answers; key and
+// tag+"other" (each charged once by CL.THROTTLE) are in a slot of this
+// node, migrating to that node.
+func blackHole(t *testing.T) (h *harness, key, tag, host, port string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() { // accepts, reads, never answers
 		for {
 			c, err := ln.Accept()
@@ -255,30 +255,73 @@ func TestMigrateWaitIsCapped(t *testing.T) {
 			go io.Copy(io.Discard, c)
 		}
 	}()
-	h := newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterYes, Host: "127.0.0.1", Port: 7001}})
+	h = newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterYes, Host: "127.0.0.1", Port: 7001}})
 	top, err := cluster.Init([]string{"127.0.0.1:7001", ln.Addr().String()}, 1)
 	require.NoError(t, err)
 	doc, err := top.Marshal()
 	require.NoError(t, err)
 	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
-	key := "{a}k" // slot 15495: find which node owns it
-	slot := cluster.KeySlot([]byte(key))
-	owner, _ := top.PrimaryOf(slot)
-	if owner != top.Shards[0].Primary.ID {
-		key = "{b}k" // slot 3300
-		slot = cluster.KeySlot([]byte(key))
+	tag = "{a}" // slot 15495 or, if that is the other node's, {b}: 3300
+	if owner, _ := top.PrimaryOf(cluster.KeySlot([]byte(tag))); owner != top.Shards[0].Primary.ID {
+		tag = "{b}"
 	}
-	dst := top.Shards[1].Primary.ID
-	require.Equal(t, "*5\r\n:0\r\n:11\r\n:10\r\n:-1\r\n:60\r\n", h.do([]string{"CL.THROTTLE", key, "10", "1", "60"}))
-	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", strconv.Itoa(slot), "MIGRATING", dst}))
+	key = tag + "k"
+	slot := cluster.KeySlot([]byte(key))
+	for _, k := range []string{key, tag + "other"} {
+		require.Equal(t, "*5\r\n:0\r\n:11\r\n:10\r\n:-1\r\n:60\r\n", h.do([]string{"CL.THROTTLE", k, "10", "1", "60"}))
+	}
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", strconv.Itoa(slot), "MIGRATING", top.Shards[1].Primary.ID}))
+	host, port, _ = net.SplitHostPort(ln.Addr().String())
+	return h, key, tag, host, port
+}
 
+// TestMigrateWaitIsCapped: a MIGRATE to a target that accepts the
+// connection and never answers gives up after maxMoveWait (twice it at
+// most), not after the timeout the client gave; and nothing moved.
+func TestMigrateWaitIsCapped(t *testing.T) {
+	h, key, _, host, port := blackHole(t)
 	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
 	maxMoveWait = 200 * time.Millisecond
-	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	start := time.Now()
 	got := h.do([]string{"MIGRATE", host, port, "", "0", "600000", "KEYS", key})
 	took := time.Since(start)
 	assert.Equal(t, "-IOERR error or timeout reading to target instance\r\n", got)
 	assert.Less(t, took, 5*time.Second, "waited for the client's 10-minute timeout")
 	assert.Equal(t, ":1\r\n", h.do([]string{"EXISTS", key}), "a failed batch drops nothing")
+}
+
+// TestMigrateLetsTheShardGo: while a batch travels, its keys get TRYAGAIN
+// and the shard's other keys are served at once (the batch does not hold
+// the shard, nor the event loop that owns it, for the round trip); once
+// the batch failed its keys are served again, unchanged.
+func TestMigrateLetsTheShardGo(t *testing.T) {
+	h, key, tag, host, port := blackHole(t)
+	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
+	maxMoveWait = 3 * time.Second
+	done := make(chan string, 1)
+	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5556}
+	mover := h.srv.NewClient(remote, remote) // as the harness's: an admin on loopback
+	go func() {
+		var out Out
+		h.srv.Exec(mover, [][][]byte{{[]byte("MIGRATE"), []byte(host), []byte(port), []byte(""), []byte("0"), []byte("600000"), []byte("KEYS"), []byte(key)}}, &out)
+		done <- string(out.B)
+	}()
+	// The batch is in flight once its key is refused (a peek charges
+	// nothing before that).
+	require.Eventually(t, func() bool {
+		return strings.HasPrefix(h.do([]string{"CL.PEEK", key, "10", "1", "60"}), "-TRYAGAIN")
+	}, 2*time.Second, 5*time.Millisecond)
+	assert.True(t, strings.HasPrefix(h.do([]string{"CL.THROTTLE", key, "10", "1", "60"}), "-TRYAGAIN"))
+	start := time.Now()
+	assert.Equal(t, "*5\r\n:0\r\n:11\r\n:9\r\n:-1\r\n:120\r\n", h.do([]string{"CL.THROTTLE", tag + "other", "10", "1", "60"}))
+	assert.Less(t, time.Since(start), time.Second, "another key of the shard waited for the batch")
+	assert.True(t, strings.HasPrefix(h.do([]string{"CL.LIMIT", tag + "other", "FW", "10", "60", "AND", key, "FW", "10", "60"}), "-TRYAGAIN"))
+	select {
+	case got := <-done:
+		t.Fatalf("MIGRATE returned while the target was silent: %q", got)
+	default:
+	}
+	assert.Equal(t, "-IOERR error or timeout reading to target instance\r\n", <-done)
+	assert.Equal(t, "*5\r\n:0\r\n:11\r\n:9\r\n:-1\r\n:120\r\n", h.do([]string{"CL.THROTTLE", key, "10", "1", "60"}),
+		"served again, with the one charge it had")
 }

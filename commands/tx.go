@@ -512,6 +512,7 @@ func (s *Server) txOpenSlot(c *Client, cmds []txCmd) string {
 	switch {
 	case r.Status() != nil:
 		return s.storeStatusText(r.Status())
+	case r.Flying > 0: // on their way to the target: neither here nor there yet
 	case r.Present == r.Distinct:
 		return ""
 	case r.Present == 0:

@@ -64,6 +64,11 @@ func AsRedirect(err error) *Redirect {
 // ones, and those a migration runs, name no key), and only in cluster mode.
 func (sh *shard) admit(op *envelope, now int64) bool {
 	slot := cluster.KeySlot(op.key)
+	if len(sh.flying) > 0 && sh.flies(op) {
+		// On its way to the target: neither here to change nor there yet.
+		op.status = &Redirect{Kind: TryAgain, Slot: slot}
+		return false
+	}
 	switch sh.gate[slot-sh.slotLo] {
 	case SlotOwned:
 		return true
@@ -101,6 +106,20 @@ func (sh *shard) admit(op *envelope, now int64) bool {
 		}
 	}
 	return false
+}
+
+// flies reports whether any key of op is in flight (see shard.flying).
+func (sh *shard) flies(op *envelope) bool {
+	if multiKey(op) {
+		for _, l := range op.req.(*LimitReq).Call.Limits {
+			if _, ok := sh.flying[string(l.Key)]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	_, ok := sh.flying[string(op.key)]
+	return ok
 }
 
 // multiKey reports whether op is a CL.LIMIT of several keys (the one
@@ -230,10 +249,14 @@ type ExportReq struct {
 	In   func(slot int) bool
 	// Gated: scan only slots whose gate is Gate, as the shard sees it now
 	// (a slot closed while a move runs is not exported any more).
-	Gated   bool
-	Gate    uint8
-	Max     int
-	Cursor  uint32
+	Gated  bool
+	Gate   uint8
+	Max    int
+	Cursor uint32
+	// Fly marks each exported key in flight until a LandReq names it, so
+	// that the shard need not be held while the copies travel; keys
+	// already in flight (another move's) are not exported.
+	Fly     bool
 	Entries []Entry // out
 	Next    uint32  // out
 }
@@ -242,7 +265,17 @@ func (r *ExportReq) run(sh *shard, now int64) {
 	nowMs := floorMs(now)
 	r.Entries, r.Next = r.Entries[:0], 0
 	add := func(e *entry) {
-		r.Entries = append(r.Entries, Entry{Key: bytes.Clone(sh.t.keyOf(e)), State: bytes.Clone(sh.t.state(e, nil)), Expires: e.exp()})
+		k := sh.t.keyOf(e)
+		if _, ok := sh.flying[string(k)]; ok {
+			return
+		}
+		r.Entries = append(r.Entries, Entry{Key: bytes.Clone(k), State: bytes.Clone(sh.t.state(e, nil)), Expires: e.exp()})
+		if r.Fly {
+			if sh.flying == nil {
+				sh.flying = map[string]struct{}{}
+			}
+			sh.flying[string(k)] = struct{}{}
+		}
 	}
 	if r.Keys != nil {
 		for _, k := range r.Keys {
@@ -266,25 +299,42 @@ func (r *ExportReq) run(sh *shard, now int64) {
 	}
 }
 
-// DropKeysReq removes keys from memory and disk: those a migration's
-// target acknowledged.
-type DropKeysReq struct {
+// LandReq ends the flight of keys an ExportReq with Fly sent: with Drop
+// (the target acknowledged them) they are removed from memory and disk,
+// else (the batch failed) they are served here again, unchanged, since no
+// request could change them in flight.
+type LandReq struct {
 	envelope
 	Keys    [][]byte
+	Drop    bool
 	Dropped int64 // out
 }
 
-func (r *DropKeysReq) run(sh *shard, now int64) {
-	r.Dropped = 0
-	nowMs := floorMs(now)
+func (r *LandReq) run(sh *shard, now int64) {
 	for _, k := range r.Keys {
+		delete(sh.flying, string(k))
+	}
+	if len(sh.flying) == 0 {
+		sh.flying = nil // a move's batches come and go: keep no empty map
+	}
+	r.Dropped = 0
+	if r.Drop {
+		r.Dropped = sh.dropKeys(r.Keys, now)
+	}
+}
+
+// dropKeys removes the live keys of keys and returns how many there were.
+func (sh *shard) dropKeys(keys [][]byte, now int64) (dropped int64) {
+	nowMs := floorMs(now)
+	for _, k := range keys {
 		h := sh.t.hash(k)
 		if ei := sh.find(k, h, nowMs); ei >= 0 {
 			sh.changed(k, sh.by)
 			sh.removeHash(uint32(ei), h)
-			r.Dropped++
+			dropped++
 		}
 	}
+	return dropped
 }
 
 // RestoreReq stores keys a migration brought here. Replace sets each one's
@@ -392,10 +442,11 @@ type PresentReq struct {
 	Keys     [][]byte
 	Present  int // out
 	Distinct int // out
+	Flying   int // out: keys on their way to the target (see LandReq)
 }
 
 func (r *PresentReq) run(sh *shard, now int64) {
-	r.Present, r.Distinct = 0, 0
+	r.Present, r.Distinct, r.Flying = 0, 0, 0
 	nowMs := floorMs(now)
 	// A transaction may name tens of thousands of keys: a set, not pairs.
 	seen := make(map[string]struct{}, len(r.Keys))
@@ -405,6 +456,9 @@ func (r *PresentReq) run(sh *shard, now int64) {
 		}
 		seen[string(k)] = struct{}{}
 		r.Distinct++
+		if _, ok := sh.flying[string(k)]; ok {
+			r.Flying++
+		}
 		if sh.find(k, sh.t.hash(k), nowMs) >= 0 {
 			r.Present++
 		}

@@ -231,7 +231,7 @@ func TestExportDropRestore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), d.Results[0].Remaining, "10 - 3 - 3 - 1")
 
-	drop := &DropKeysReq{Keys: [][]byte{[]byte(keys[0]), []byte(keys[1]), []byte("absent")}}
+	drop := &LandReq{Keys: [][]byte{[]byte(keys[0]), []byte(keys[1]), []byte("absent")}, Drop: true}
 	run(src, drop)
 	assert.Equal(t, int64(2), drop.Dropped)
 	ex := &ExistsReq{Key: []byte(keys[0])}
@@ -282,4 +282,61 @@ func TestSyncHeldIsDurableUnderEverySec(t *testing.T) {
 			assert.Equal(t, sync, ex.Exists)
 		})
 	}
+}
+
+// TestKeysInFlight: keys a move exported with Fly get TRYAGAIN, alone or
+// in a CL.LIMIT with a key that is not flying, until they land; every
+// other key of the shard is served meanwhile; a second export skips them;
+// a transaction's check counts them; a failed batch's landing serves them
+// again unchanged, a successful one drops them.
+func TestKeysInFlight(t *testing.T) {
+	st, _ := newTestStore(t, 1)
+	st.InitGate(gateAll(SlotOwned))
+	const slot = 42
+	flying := clustertest.KeyInSlot("fly", slot)
+	other := clustertest.KeyInSlot("stay", slot)
+	run(st, throttleOp(flying, 5, 1, 60, 2), throttleOp(other, 5, 1, 60, 1))
+
+	ex := &ExportReq{Keys: [][]byte{[]byte(flying)}, Fly: true}
+	run(st, ex)
+	require.Len(t, ex.Entries, 1)
+	again := &ExportReq{In: func(s int) bool { return s == slot }, Max: 10, Fly: true}
+	run(st, again)
+	require.Len(t, again.Entries, 1, "the flying key is not exported twice")
+	assert.Equal(t, other, string(again.Entries[0].Key))
+	run(st, &LandReq{Keys: [][]byte{[]byte(other)}}) // that second batch failed
+
+	op := throttleOp(flying, 5, 1, 60, 1)
+	run(st, op)
+	if rd := AsRedirect(op.Status()); assert.NotNil(t, rd) {
+		assert.Equal(t, Redirect{Kind: TryAgain, Slot: slot}, *rd)
+	}
+	err := limitKeyed(st, parseLimitLine(t, other+" FW 10 60 AND "+flying+" FW 10 60"))
+	if rd := AsRedirect(err); assert.NotNil(t, rd, "a CL.LIMIT naming a flying key") {
+		assert.Equal(t, TryAgain, rd.Kind)
+	}
+	served := throttleOp(other, 5, 1, 60, 1)
+	run(st, served)
+	require.NoError(t, served.Status(), "the other keys are served")
+	assert.Equal(t, int64(4), served.Result.Remaining, "6 - 1 - 1")
+	pr := &PresentReq{Keys: [][]byte{[]byte(flying), []byte(other)}}
+	run(st, pr)
+	assert.Equal(t, 1, pr.Flying)
+	assert.Equal(t, 2, pr.Present)
+
+	run(st, &LandReq{Keys: [][]byte{[]byte(flying)}}) // the batch failed
+	assert.Nil(t, st.shards[0].flying)
+	op = throttleOp(flying, 5, 1, 60, 0)
+	run(st, op)
+	require.NoError(t, op.Status())
+	assert.Equal(t, int64(4), op.Result.Remaining, "served again, unchanged: 6 - 2")
+
+	run(st, &ExportReq{Keys: [][]byte{[]byte(flying)}, Fly: true})
+	land := &LandReq{Keys: [][]byte{[]byte(flying)}, Drop: true}
+	run(st, land)
+	assert.Equal(t, int64(1), land.Dropped)
+	exists := &ExistsReq{Key: []byte(flying)}
+	run(st, exists)
+	require.NoError(t, exists.Status())
+	assert.False(t, exists.Exists)
 }

@@ -23,6 +23,11 @@ type shard struct {
 	// gate is, in cluster mode, each slot's Slot* state (index slot-slotLo):
 	// see admit. nil: no check.
 	gate []uint8
+	// flying holds the keys a slot move exported and has not landed yet
+	// (ExportReq with Fly, LandReq): no keyed request may run on them
+	// meanwhile (TRYAGAIN), as the copy on its way is what the target keeps.
+	// nil when none.
+	flying map[string]struct{}
 
 	// Persistence (nil p: in memory only). Records collect in pb (pbCount
 	// changes) and go to the committer after the write-out, or under

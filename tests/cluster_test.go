@@ -1500,3 +1500,61 @@ func atoiOr0(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
 }
+
+// Two nodes move slots to each other at the same time, each with one event
+// loop and one store shard (GOMAXPROCS=1), by MOVEKEYS sent to both at once
+// (two redis-cli reshards in opposite directions do this). A batch lets its
+// shard go while it travels, so each node serves the other's import while
+// its own batch waits: both finish at once, where they used to wait for
+// each other until the timeout and fail with IOERR.
+func TestClusterOppositeMovesAtOnce(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "1")
+	nodes := clStartNodes(t, 2)
+	doc := clInit(t, nodes, 1)
+	clApplyOK(t, doc)
+	cs := clClients(t, nodes)
+	ctx := ctxT(t, 60*time.Second)
+	id := []string{clNodeID("127.0.0.1", nodes[0].Port), clNodeID("127.0.0.1", nodes[1].Port)}
+	slot := []int{4000, 10000} // node 1's, node 2's
+	var keys [2][]string
+	for n := range 2 {
+		keys[n] = clKeysInSlots(fmt.Sprintf("n%d:", n), 300, func(s int) bool { return s == slot[n] })
+		for _, k := range keys[n] {
+			require.NoError(t, cs[n].Do(ctx, "CL.THROTTLE", k, 1, 1, 3600).Err())
+		}
+	}
+	for n := range 2 {
+		require.NoError(t, cs[1-n].Do(ctx, "CLUSTER", "SETSLOT", slot[n], "IMPORTING", id[n]).Err())
+		require.NoError(t, cs[n].Do(ctx, "CLUSTER", "SETSLOT", slot[n], "MIGRATING", id[1-n]).Err())
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	moved := make([]int64, 2)
+	errs := make([]error, 2)
+	for n := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			moved[n], errs[n] = cs[n].Do(ctx, "CLUSTER", "MOVEKEYS", id[1-n], 4000).Int64()
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for n := range 2 {
+		require.NoError(t, errs[n], "node %d's MOVEKEYS", n+1)
+		assert.Equal(t, int64(len(keys[n])), moved[n])
+	}
+	assert.Less(t, took, 4*time.Second, "the moves waited for each other")
+	for n := range 2 {
+		for _, k := range keys[n] {
+			pipe := cs[1-n].Pipeline() // ASKING and the call on one connection
+			pipe.Do(ctx, "ASKING")
+			call := pipe.Do(ctx, "CL.THROTTLE", k, 1, 1, 3600)
+			_, err := pipe.Exec(ctx)
+			require.NoError(t, err, k)
+			r, err := call.Int64Slice()
+			require.NoError(t, err, k)
+			require.Equal(t, int64(0), r[2], "%s: its one call came along", k)
+		}
+	}
+}
