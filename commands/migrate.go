@@ -40,18 +40,19 @@ const (
 	errHoldsKeys      = "ERR Can't assign hashslot %d to a different node while I still hold keys for this hash slot."
 )
 
-// migrateBatch is the most keys one batch of CLUSTER MOVEKEYS carries: the
-// source's store shard is held for one round trip and two syncs per batch.
+// migrateBatch is the most keys one batch of CLUSTER MOVEKEYS carries: they
+// answer TRYAGAIN for the batch's round trip, and the source's store shard
+// is held twice per batch (to copy them; to drop them and sync the drop).
 const migrateBatch = 100
 
 // maxMoveWait caps the timeout of one batch's round trip, whatever MIGRATE
-// or MOVEKEYS was given (redis-cli's reshard sends 60000 ms): the batch
-// holds its store shard, and with it the event loop that owns the shard,
-// until the target answers or twice the timeout has passed. A target that
-// accepts the connection and never answers then stops that loop's
-// clients for 10 s at most, not for two minutes or as long as a client
-// asked. A healthy target answers in milliseconds (one sync). A variable
-// for tests.
+// or MOVEKEYS was given (redis-cli's reshard sends 60000 ms): the batch's
+// keys answer TRYAGAIN until the target answers or twice the timeout has
+// passed. A target that accepts the connection and never answers then
+// keeps them from their clients for 10 s at most, not for two minutes or
+// as long as a client asked; a target that needs longer than this for one
+// sync fails the batch, which can be run again. A healthy target answers
+// in milliseconds. A variable for tests.
 var maxMoveWait = 5 * time.Second
 
 // migration is the server's state of slot moves besides the NodeState.
@@ -616,8 +617,10 @@ func (e errTarget) Error() string { return e.msg }
 // held again, drops them here and syncs that before the shard serves
 // anything else (so no ASK for a dropped key can be answered before the
 // drop is on disk). On any failure nothing is dropped and the keys are
-// served here again, unchanged (nothing could change them in flight). It
-// returns the keys moved and the scan's next position (0: the end).
+// served here again as the batch left them (no command could change them
+// in flight; a FLUSHALL or their expiry may have removed them, as it would
+// have after the move). It returns the keys moved and the scan's next
+// position (0: the end).
 func (s *Server) moveBatch(c *Client, shard int, names [][]byte, in func(int) bool, gate uint8, cursor uint32,
 	dst cluster.Node, a peerAuth, timeout time.Duration) (moved int, next uint32, err error) {
 	timeout = min(timeout, maxMoveWait)
@@ -667,6 +670,12 @@ func (s *Server) moveBatch(c *Client, shard int, names [][]byte, in func(int) bo
 	land := store.LandReq{Keys: keys, Drop: true}
 	sess.AddTo(shard, &land)
 	landed = true
+	if err := land.Status(); err != nil {
+		// Neither dropped nor served again: both nodes would serve them.
+		// They stay in flight (TRYAGAIN) until a restart; the move stops.
+		s.log.Error("cluster: migrated keys not dropped here", "keys", len(keys), "err", err)
+		return 0, 0, errTarget{"ERR keys copied to the target but not dropped here: " + s.storeStatusText(err)}
+	}
 	if err := sess.SyncHeld(); err != nil {
 		// The target has the keys; here they are dropped from memory but
 		// perhaps not on disk. Stop the move: the operator sees why.

@@ -325,3 +325,61 @@ func TestMigrateLetsTheShardGo(t *testing.T) {
 	assert.Equal(t, "*5\r\n:0\r\n:11\r\n:9\r\n:-1\r\n:120\r\n", h.do([]string{"CL.THROTTLE", key, "10", "1", "60"}),
 		"served again, with the one charge it had")
 }
+
+// TestExecWaitsForKeysInFlight: a transaction naming a key in flight gets
+// TRYAGAIN as a whole, even when the slot is not migrating here (MIGRATE
+// sends a key of a slot this node imports back to its owner): none of its
+// commands runs. (Found by review: each command was refused alone, after
+// those before it had run.)
+func TestExecWaitsForKeysInFlight(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() { // the slot's owner: accepts, never answers
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	h := newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterYes, Host: "127.0.0.1", Port: 7001}})
+	top, err := cluster.Init([]string{"127.0.0.1:7001", ln.Addr().String()}, 1)
+	require.NoError(t, err)
+	doc, err := top.Marshal()
+	require.NoError(t, err)
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
+	owner := top.Shards[1].Primary.ID
+	tag := "{a}" // a slot of the other node: {a} or {b}
+	if o, _ := top.PrimaryOf(cluster.KeySlot([]byte(tag))); o != owner {
+		tag = "{b}"
+	}
+	key, other := tag+"k", tag+"other"
+	slot := cluster.KeySlot([]byte(key))
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", strconv.Itoa(slot), "IMPORTING", owner}))
+	for _, k := range []string{key, other} {
+		require.Equal(t, "+OK\r\n*5\r\n:0\r\n:11\r\n:10\r\n:-1\r\n:60\r\n", h.do([]string{"ASKING"}, []string{"CL.THROTTLE", k, "10", "1", "60"}))
+	}
+	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
+	maxMoveWait = 2 * time.Second
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	done := make(chan string, 1)
+	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5556}
+	mover := h.srv.NewClient(remote, remote)
+	go func() {
+		var out Out
+		h.srv.Exec(mover, [][][]byte{{[]byte("MIGRATE"), []byte(host), []byte(port), []byte(""), []byte("0"), []byte("600000"), []byte("KEYS"), []byte(key)}}, &out)
+		done <- string(out.B)
+	}()
+	require.Eventually(t, func() bool {
+		return strings.Contains(h.do([]string{"ASKING"}, []string{"CL.PEEK", key, "10", "1", "60"}), "-TRYAGAIN")
+	}, 2*time.Second, 5*time.Millisecond)
+	got := h.do([]string{"ASKING"}, []string{"MULTI"}, []string{"CL.THROTTLE", other, "10", "1", "60"},
+		[]string{"CL.THROTTLE", key, "10", "1", "60"}, []string{"EXEC"})
+	assert.True(t, strings.HasSuffix(got, "-TRYAGAIN Multiple keys request during rehashing of slot\r\n"), got)
+	// A peek answers as a call of quantity 1 would: charged once, not twice.
+	assert.Equal(t, "+OK\r\n*5\r\n:0\r\n:11\r\n:9\r\n:-1\r\n:120\r\n", h.do([]string{"ASKING"}, []string{"CL.PEEK", other, "10", "1", "60"}),
+		"no command of the transaction ran")
+	assert.Equal(t, "-IOERR error or timeout reading to target instance\r\n", <-done)
+}

@@ -487,7 +487,8 @@ func cmdKeys(cmd *Command, args [][]byte, dst [][]byte) [][]byte {
 // txOpenSlot is Redis's check of a transaction's keys in a slot being
 // moved, made under EXEC's hold so that no key moves meanwhile: on the
 // slot's old owner, all of them here → run; none → ASK (the client runs
-// the transaction on the new owner); some → TRYAGAIN. "" to run.
+// the transaction on the new owner); some → TRYAGAIN; and any of them in
+// flight (see store.LandReq) → TRYAGAIN, whatever the slot. "" to run.
 func (s *Server) txOpenSlot(c *Client, cmds []txCmd) string {
 	if !s.clusterOn() {
 		return ""
@@ -503,16 +504,19 @@ func (s *Server) txOpenSlot(c *Client, cmds []txCmd) string {
 	if len(keys) == 0 {
 		return ""
 	}
+	// Asked whenever a slot is open here: keys in flight may be of a slot
+	// migrating away, of one importing here that MIGRATE sends back to its
+	// owner, or orphans; each of the transaction's commands would otherwise
+	// get TRYAGAIN alone, after those before it ran.
 	slot := cluster.KeySlot(keys[0])
-	if ns.Migrating[slot] == "" {
-		return ""
-	}
 	r := &store.PresentReq{Keys: keys}
 	c.sess.AddTo(s.st.ShardOfSlot(slot), r)
 	switch {
 	case r.Status() != nil:
 		return s.storeStatusText(r.Status())
 	case r.Flying > 0: // on their way to the target: neither here nor there yet
+	case ns.Migrating[slot] == "":
+		return ""
 	case r.Present == r.Distinct:
 		return ""
 	case r.Present == 0:

@@ -240,9 +240,9 @@ func (r *SlotKeyCountReq) run(sh *shard, now int64) {
 // ExportReq copies the live keys a migration sends: Keys if set (MIGRATE
 // names them; missing ones are skipped), else up to Max keys whose slot In
 // says true, scanning the table from entry Cursor (Next is where to go on;
-// 0 once the scan reached the end). It changes nothing: the caller holds
-// the shard, sends the copies and, once the target has them, drops them
-// with DropKeysReq before letting the shard go.
+// 0 once the scan reached the end). It changes no state; with Fly it marks
+// the keys in flight, and the caller sends the copies and, once the target
+// has them, drops them with LandReq (see commands' moveBatch).
 type ExportReq struct {
 	envelope
 	Keys [][]byte
@@ -262,6 +262,23 @@ type ExportReq struct {
 }
 
 func (r *ExportReq) run(sh *shard, now int64) {
+	r.collect(sh, now)
+	// Marked once every copy is made: an export that fails half way (a
+	// panic: its status says so, and the caller sends nothing) leaves no
+	// key in flight that no LandReq would ever name.
+	if !r.Fly || len(r.Entries) == 0 {
+		return
+	}
+	if sh.flying == nil {
+		sh.flying = map[string]struct{}{}
+	}
+	for _, e := range r.Entries {
+		sh.flying[string(e.Key)] = struct{}{}
+	}
+}
+
+// collect makes the copies (keys in flight are not exported again).
+func (r *ExportReq) collect(sh *shard, now int64) {
 	nowMs := floorMs(now)
 	r.Entries, r.Next = r.Entries[:0], 0
 	add := func(e *entry) {
@@ -270,12 +287,6 @@ func (r *ExportReq) run(sh *shard, now int64) {
 			return
 		}
 		r.Entries = append(r.Entries, Entry{Key: bytes.Clone(k), State: bytes.Clone(sh.t.state(e, nil)), Expires: e.exp()})
-		if r.Fly {
-			if sh.flying == nil {
-				sh.flying = map[string]struct{}{}
-			}
-			sh.flying[string(k)] = struct{}{}
-		}
 	}
 	if r.Keys != nil {
 		for _, k := range r.Keys {
