@@ -1,14 +1,10 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os/exec"
-	"strings"
-	"syscall"
 	"time"
 )
 
@@ -50,21 +46,15 @@ func runPipeload(ctx context.Context, s BenchSpec) (BenchResult, string, error) 
 	if err != nil {
 		return BenchResult{}, "", err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.Timeout+10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, s.Pipeload, PipeloadArg, string(js))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return BenchResult{}, out.String(), fmt.Errorf("pipeload: %v: %s", err, strings.TrimSpace(errb.String()))
+	// Pipeload gives up at s.Timeout itself; the margin is for its start.
+	out, cpu, _, err := runTool(ctx, "pipeload", s.Timeout+10*time.Second, s.Pipeload, PipeloadArg, string(js))
+	if err != nil {
+		return BenchResult{}, out, err
 	}
 	var r BenchResult
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		return r, out.String(), fmt.Errorf("pipeload's output: %w", err)
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return r, out, fmt.Errorf("pipeload's output: %w", err)
 	}
-	if ps := cmd.ProcessState; ps != nil {
-		r.ClientCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
-	}
-	return r, out.String(), nil
+	r.ClientCPU = cpu
+	return r, out, nil
 }

@@ -81,22 +81,10 @@ func RunBenchmark(ctx context.Context, s BenchSpec) (BenchResult, string, error)
 	if s.Timeout == 0 {
 		s.Timeout = 2 * time.Minute
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, s.Binary, s.Args()...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var out, errb bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &errb
-	start := time.Now()
-	err := cmd.Run()
-	elapsed := time.Since(start)
-	text := cleanProgress(out.String())
-	if ctx.Err() != nil {
-		return BenchResult{}, text, fmt.Errorf("redis-benchmark timed out after %s", s.Timeout)
-	}
+	out, cpu, elapsed, err := runTool(ctx, "redis-benchmark", s.Timeout, s.Binary, s.Args()...)
+	text := cleanProgress(out)
 	if err != nil {
-		return BenchResult{}, text, fmt.Errorf("redis-benchmark: %v: %s", err, strings.TrimSpace(errb.String()))
+		return BenchResult{}, text, err
 	}
 	r, perr := ParseBenchmark(text)
 	if perr != nil {
@@ -104,10 +92,33 @@ func RunBenchmark(ctx context.Context, s BenchSpec) (BenchResult, string, error)
 	}
 	r.Requests = s.Requests
 	r.Elapsed = elapsed.Seconds()
-	if ps := cmd.ProcessState; ps != nil {
-		r.ClientCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
-	}
+	r.ClientCPU = cpu
 	return r, text, nil
+}
+
+// runTool runs a load generator (bin args) to its end, killed if the
+// harness dies or timeout passes, and returns its output, its CPU time
+// (user + system) and how long it ran.
+func runTool(ctx context.Context, name string, timeout time.Duration, bin string, args ...string) (stdout string, cpu float64, elapsed time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err = cmd.Run()
+	elapsed = time.Since(start)
+	if ps := cmd.ProcessState; ps != nil {
+		cpu = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	switch {
+	case ctx.Err() != nil:
+		err = fmt.Errorf("%s timed out after %s", name, timeout)
+	case err != nil:
+		err = fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), cpu, elapsed, err
 }
 
 // cleanProgress drops the \r-separated progress lines redis-benchmark prints.

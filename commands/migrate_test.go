@@ -238,11 +238,10 @@ func TestOpenSlotsCannotBeStranded(t *testing.T) {
 	assert.Equal(t, "$-1\r\n", h.do([]string{"GET", gone}), "served here again")
 }
 
-// blackHole is a harness for node 127.0.0.1:7001 of a two-node cluster
-// whose other node accepts connections and never answers; key and
-// tag+"other" (each charged once by CL.THROTTLE) are in a slot of this
-// node, migrating to that node.
-func blackHole(t *testing.T) (h *harness, key, tag, host, port string) {
+// silentPeer is a two-node cluster whose other node accepts connections
+// and never answers: a harness for node 127.0.0.1:7001, the topology, and
+// a hash tag of a slot the node owns ours ("{a}" or "{b}").
+func silentPeer(t *testing.T, ours bool) (h *harness, top *cluster.Topology, tag string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
@@ -256,34 +255,59 @@ func blackHole(t *testing.T) (h *harness, key, tag, host, port string) {
 		}
 	}()
 	h = newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterYes, Host: "127.0.0.1", Port: 7001}})
-	top, err := cluster.Init([]string{"127.0.0.1:7001", ln.Addr().String()}, 1)
+	top, err = cluster.Init([]string{"127.0.0.1:7001", ln.Addr().String()}, 1)
 	require.NoError(t, err)
 	doc, err := top.Marshal()
 	require.NoError(t, err)
 	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
+	want := top.Shards[1].Primary.ID
+	if ours {
+		want = top.Shards[0].Primary.ID
+	}
 	tag = "{a}" // slot 15495 or, if that is the other node's, {b}: 3300
-	if owner, _ := top.PrimaryOf(cluster.KeySlot([]byte(tag))); owner != top.Shards[0].Primary.ID {
+	if owner, _ := top.PrimaryOf(cluster.KeySlot([]byte(tag))); owner != want {
 		tag = "{b}"
 	}
+	return h, top, tag
+}
+
+// migrateAsync sends MIGRATE of key to the silent peer from a client of
+// its own (an admin on loopback, as the harness's) and returns its reply.
+func migrateAsync(h *harness, top *cluster.Topology, key string) <-chan string {
+	host, port, _ := net.SplitHostPort(top.Shards[1].Primary.Addr())
+	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5556}
+	mover := h.srv.NewClient(remote, remote)
+	done := make(chan string, 1)
+	go func() {
+		var out Out
+		h.srv.Exec(mover, [][][]byte{{[]byte("MIGRATE"), []byte(host), []byte(port), []byte(""), []byte("0"), []byte("600000"), []byte("KEYS"), []byte(key)}}, &out)
+		done <- string(out.B)
+	}()
+	return done
+}
+
+// blackHole is silentPeer where key and tag+"other" (each charged once by
+// CL.THROTTLE) are in a slot of this node, migrating to the silent one.
+func blackHole(t *testing.T) (h *harness, top *cluster.Topology, key, tag string) {
+	h, top, tag = silentPeer(t, true)
 	key = tag + "k"
-	slot := cluster.KeySlot([]byte(key))
 	for _, k := range []string{key, tag + "other"} {
 		require.Equal(t, "*5\r\n:0\r\n:11\r\n:10\r\n:-1\r\n:60\r\n", h.do([]string{"CL.THROTTLE", k, "10", "1", "60"}))
 	}
+	slot := cluster.KeySlot([]byte(key))
 	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", strconv.Itoa(slot), "MIGRATING", top.Shards[1].Primary.ID}))
-	host, port, _ = net.SplitHostPort(ln.Addr().String())
-	return h, key, tag, host, port
+	return h, top, key, tag
 }
 
 // TestMigrateWaitIsCapped: a MIGRATE to a target that accepts the
 // connection and never answers gives up after maxMoveWait (twice it at
 // most), not after the timeout the client gave; and nothing moved.
 func TestMigrateWaitIsCapped(t *testing.T) {
-	h, key, _, host, port := blackHole(t)
+	h, top, key, _ := blackHole(t)
 	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
 	maxMoveWait = 200 * time.Millisecond
 	start := time.Now()
-	got := h.do([]string{"MIGRATE", host, port, "", "0", "600000", "KEYS", key})
+	got := <-migrateAsync(h, top, key)
 	took := time.Since(start)
 	assert.Equal(t, "-IOERR error or timeout reading to target instance\r\n", got)
 	assert.Less(t, took, 5*time.Second, "waited for the client's 10-minute timeout")
@@ -295,17 +319,10 @@ func TestMigrateWaitIsCapped(t *testing.T) {
 // the shard, nor the event loop that owns it, for the round trip); once
 // the batch failed its keys are served again, unchanged.
 func TestMigrateLetsTheShardGo(t *testing.T) {
-	h, key, tag, host, port := blackHole(t)
+	h, top, key, tag := blackHole(t)
 	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
 	maxMoveWait = 3 * time.Second
-	done := make(chan string, 1)
-	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5556}
-	mover := h.srv.NewClient(remote, remote) // as the harness's: an admin on loopback
-	go func() {
-		var out Out
-		h.srv.Exec(mover, [][][]byte{{[]byte("MIGRATE"), []byte(host), []byte(port), []byte(""), []byte("0"), []byte("600000"), []byte("KEYS"), []byte(key)}}, &out)
-		done <- string(out.B)
-	}()
+	done := migrateAsync(h, top, key)
 	// The batch is in flight once its key is refused (a peek charges
 	// nothing before that).
 	require.Eventually(t, func() bool {
@@ -332,46 +349,16 @@ func TestMigrateLetsTheShardGo(t *testing.T) {
 // commands runs. (Found by review: each command was refused alone, after
 // those before it had run.)
 func TestExecWaitsForKeysInFlight(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() { // the slot's owner: accepts, never answers
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(io.Discard, c)
-		}
-	}()
-	h := newHarness(t, Config{Cluster: ClusterConfig{Mode: ClusterYes, Host: "127.0.0.1", Port: 7001}})
-	top, err := cluster.Init([]string{"127.0.0.1:7001", ln.Addr().String()}, 1)
-	require.NoError(t, err)
-	doc, err := top.Marshal()
-	require.NoError(t, err)
-	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
-	owner := top.Shards[1].Primary.ID
-	tag := "{a}" // a slot of the other node: {a} or {b}
-	if o, _ := top.PrimaryOf(cluster.KeySlot([]byte(tag))); o != owner {
-		tag = "{b}"
-	}
+	h, top, tag := silentPeer(t, false) // the silent node owns the slot
 	key, other := tag+"k", tag+"other"
 	slot := cluster.KeySlot([]byte(key))
-	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", strconv.Itoa(slot), "IMPORTING", owner}))
+	require.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETSLOT", strconv.Itoa(slot), "IMPORTING", top.Shards[1].Primary.ID}))
 	for _, k := range []string{key, other} {
 		require.Equal(t, "+OK\r\n*5\r\n:0\r\n:11\r\n:10\r\n:-1\r\n:60\r\n", h.do([]string{"ASKING"}, []string{"CL.THROTTLE", k, "10", "1", "60"}))
 	}
 	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
 	maxMoveWait = 2 * time.Second
-	host, port, _ := net.SplitHostPort(ln.Addr().String())
-	done := make(chan string, 1)
-	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5556}
-	mover := h.srv.NewClient(remote, remote)
-	go func() {
-		var out Out
-		h.srv.Exec(mover, [][][]byte{{[]byte("MIGRATE"), []byte(host), []byte(port), []byte(""), []byte("0"), []byte("600000"), []byte("KEYS"), []byte(key)}}, &out)
-		done <- string(out.B)
-	}()
+	done := migrateAsync(h, top, key)
 	require.Eventually(t, func() bool {
 		return strings.Contains(h.do([]string{"ASKING"}, []string{"CL.PEEK", key, "10", "1", "60"}), "-TRYAGAIN")
 	}, 2*time.Second, 5*time.Millisecond)

@@ -264,9 +264,9 @@ func (o *Out) WriteBool(v bool) {
 	case o.Proto == 3:
 		o.B = append(o.B, "#f\r\n"...)
 	case v:
-		o.B = redcon.AppendInt(o.B, 1)
+		o.WriteInt(1)
 	default:
-		o.B = redcon.AppendInt(o.B, 0)
+		o.WriteInt(0)
 	}
 }
 

@@ -504,11 +504,16 @@ func (s *Server) txOpenSlot(c *Client, cmds []txCmd) string {
 	if len(keys) == 0 {
 		return ""
 	}
-	// Asked whenever a slot is open here: keys in flight may be of a slot
-	// migrating away, of one importing here that MIGRATE sends back to its
-	// owner, or orphans; each of the transaction's commands would otherwise
-	// get TRYAGAIN alone, after those before it ran.
+	// Asked when the slot is open here: keys in flight may be of a slot
+	// migrating away, or of one importing here that MIGRATE sends back to
+	// its owner; each of the transaction's commands would otherwise get
+	// TRYAGAIN alone, after those before it ran. (Orphans, the other keys a
+	// move sends, are in slots this node does not serve: the transaction
+	// was refused with MOVED.)
 	slot := cluster.KeySlot(keys[0])
+	if ns.Migrating[slot] == "" && ns.Importing[slot] == "" {
+		return ""
+	}
 	r := &store.PresentReq{Keys: keys}
 	c.sess.AddTo(s.st.ShardOfSlot(slot), r)
 	switch {

@@ -312,8 +312,9 @@ func (r *ExportReq) collect(sh *shard, now int64) {
 
 // LandReq ends the flight of keys an ExportReq with Fly sent: with Drop
 // (the target acknowledged them) they are removed from memory and disk,
-// else (the batch failed) they are served here again, unchanged, since no
-// request could change them in flight.
+// else (the batch failed) they are served here again as the batch left
+// them (no keyed request could change them in flight; a FLUSHALL or their
+// expiry may have removed them, as either would after the move).
 type LandReq struct {
 	envelope
 	Keys    [][]byte

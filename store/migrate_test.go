@@ -96,18 +96,25 @@ func limitKeyedAsking(st *Store, call limit.Call, asking bool) error {
 	return r.Err
 }
 
+// gatedWithKey is a store holding key (FW 10 60, charged once) whose slot
+// has the gate state, every other slot owned: the store, the slot, the gate.
+func gatedWithKey(t *testing.T, key string, state uint8) (*Store, int, *[cluster.SlotCount]uint8) {
+	st, _ := newTestStore(t, 1)
+	slot := cluster.KeySlot([]byte(key))
+	_, err := doLimit(st, parseLimitLine(t, key+" FW 10 60"))
+	require.NoError(t, err)
+	g := gateAll(SlotOwned)
+	g[slot] = state
+	st.InitGate(g)
+	return st, slot, g
+}
+
 // TestGateMultiKeyLimit: a CL.LIMIT's keys in a migrating slot are checked
 // together: all here → runs, none → ASK, some → TRYAGAIN.
 func TestGateMultiKeyLimit(t *testing.T) {
-	st, _ := newTestStore(t, 1)
 	a, b := "{m}a", "{m}b"
-	slot := cluster.KeySlot([]byte(a))
-	_, err := doLimit(st, parseLimitLine(t, a+" FW 10 60"))
-	require.NoError(t, err)
-	g := gateAll(SlotOwned)
-	g[slot] = SlotMigrating
-	st.InitGate(g)
-	err = limitKeyed(st, parseLimitLine(t, fmt.Sprintf("%s FW 10 60 AND %s FW 10 60", a, b)))
+	st, slot, g := gatedWithKey(t, a, SlotMigrating)
+	err := limitKeyed(st, parseLimitLine(t, fmt.Sprintf("%s FW 10 60 AND %s FW 10 60", a, b)))
 	assert.Equal(t, &Redirect{Kind: TryAgain, Slot: slot}, AsRedirect(err), "one of two here")
 	err = limitKeyed(st, parseLimitLine(t, fmt.Sprintf("{m}c FW 10 60 AND %s FW 10 60", b)))
 	assert.Equal(t, &Redirect{Kind: Ask, Slot: slot}, AsRedirect(err), "none here")
@@ -125,16 +132,10 @@ func TestGateMultiKeyLimit(t *testing.T) {
 // else the key left on the source would be charged on both nodes. One key
 // runs, here or not (the source sent the ASK because it is not there).
 func TestGateMultiKeyLimitImporting(t *testing.T) {
-	st, _ := newTestStore(t, 1)
 	a, b := "{i}a", "{i}b"
-	slot := cluster.KeySlot([]byte(a))
-	_, err := doLimit(st, parseLimitLine(t, a+" FW 10 60"))
-	require.NoError(t, err)
-	g := gateAll(SlotOwned)
-	g[slot] = SlotImporting
-	st.InitGate(g)
+	st, slot, _ := gatedWithKey(t, a, SlotImporting)
 	asking := func(line string) error { return limitKeyedAsking(st, parseLimitLine(t, line), true) }
-	err = asking(fmt.Sprintf("%s FW 10 60 AND %s FW 10 60", a, b))
+	err := asking(fmt.Sprintf("%s FW 10 60 AND %s FW 10 60", a, b))
 	assert.Equal(t, &Redirect{Kind: TryAgain, Slot: slot}, AsRedirect(err), "one of two here")
 	err = asking(fmt.Sprintf("{i}c FW 10 60 AND %s FW 10 60", b))
 	assert.Equal(t, &Redirect{Kind: TryAgain, Slot: slot}, AsRedirect(err), "none here")
