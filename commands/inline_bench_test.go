@@ -94,6 +94,11 @@ func BenchmarkExecInline(b *testing.B) {
 	b.Run("THROTTLE", func(b *testing.B) {
 		benchInline(b, func(k string) []string { return []string{"CL.THROTTLE", "key:" + k, "1000000", "1", "1"} })
 	})
+	// A key refills in 1 µs and is hit again ~30 ms later: every call
+	// finds its key expired, as a limiter's keys mostly are under load.
+	b.Run("THROTTLE-expired", func(b *testing.B) {
+		benchInline(b, func(k string) []string { return []string{"CL.THROTTLE", "key:" + k, "100", "1000000", "1"} })
+	})
 	b.Run("FW", func(b *testing.B) {
 		benchInline(b, func(k string) []string { return []string{"CL.LIMIT", "fw:" + k, "FW", "1000000", "60"} })
 	})

@@ -725,7 +725,9 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 			c.trackCommand(cmd, args)
 		}
 	}
-	c.lastCmd.Store(cmd)
+	if c.lastCmd.Load() != cmd { // a pipeline mostly repeats one command: no locked store each
+		c.lastCmd.Store(cmd)
+	}
 	st := c.stat(cmd)
 	run := cmd.Run
 	if cmd.Many != nil && len(args) > maxKeptOps {

@@ -36,13 +36,17 @@ func (r *ThrottleReq) route() *envelope { return r.addressed(r, r.Key) }
 
 func (r *ThrottleReq) run(sh *shard, now int64) {
 	nowMs := floorMs(now)
-	ei, tat, err := sh.findTAT(r.Key, r.keyHash(sh.t, r.Key), nowMs)
+	h := r.keyHash(sh.t, r.Key)
+	ei, tat, stale, err := sh.findTATReuse(r.Key, h, nowMs)
 	if r.Err = err; err != nil {
 		return
 	}
-	res, err := gcra.Throttle(r.Params, tat, ei >= 0, now)
+	res, err := gcra.Throttle(r.Params, tat, ei >= 0 && !stale, now)
 	r.Result, r.Err = res, err
 	if err != nil || !res.Write {
+		if stale {
+			sh.removeHash(uint32(ei), h)
+		}
 		return
 	}
 	exp := int64(noExpiry)
@@ -50,13 +54,41 @@ func (r *ThrottleReq) run(sh *shard, now int64) {
 		exp = nowMs + res.TTLMillis
 	}
 	if ei < 0 {
-		ei = int64(sh.t.insertHash(r.Key, r.hash))
-	} else if e := sh.t.at(uint32(ei)); e.tat == res.NewTAT && e.exp() == exp {
+		ei = int64(sh.t.insertHash(r.Key, h))
+	} else if e := sh.t.at(uint32(ei)); !stale && e.tat == res.NewTAT && e.exp() == exp {
 		return // a peek that rewrites the same state: nothing to write to disk
 	}
 	sh.set(uint32(ei), res.NewTAT, exp)
 	sh.markDirty(uint32(ei))
 	sh.changed(r.Key, sh.by)
+}
+
+// findTATReuse is findTAT for a call about to write the key: an expired
+// GCRA entry is counted and notified as expired, as find does, but left in
+// the table (stale) for the call to overwrite, or to remove if it writes
+// nothing. A limiter's key typically expires between two calls (its TTL
+// is how long it takes to refill), so under load most calls find it
+// expired, and a removal and an insertion per call would cost more than
+// the decision.
+func (sh *shard) findTATReuse(key []byte, h uint64, nowMs int64) (ei int64, tat uint64, stale bool, err error) {
+	ei = sh.t.findHash(key, h)
+	if ei < 0 {
+		return -1, 0, false, nil
+	}
+	e := sh.t.at(uint32(ei))
+	if e.exp() < nowMs {
+		sh.changed(key, 0)
+		sh.expired.Add(1)
+		if e.outKind() != 0 {
+			sh.removeHash(uint32(ei), h)
+			return -1, 0, false, nil
+		}
+		return ei, 0, true, nil
+	}
+	if e.outKind() != 0 {
+		return ei, 0, false, ErrWrongType
+	}
+	return ei, e.tat, false, nil
 }
 
 // GetReq is GET: a GCRA key's TAT.
