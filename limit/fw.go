@@ -51,7 +51,7 @@ func (l FW) windowOf(s FWState, found bool, nowMS int64) fwWindow {
 	if same {
 		at = max(at, s.StartMS)
 	}
-	x.start = floorDiv(at, x.w) * x.w
+	x.start = windowStart(at, x.w, s.StartMS, same)
 	if same && s.StartMS == x.start {
 		x.n = s.Count
 	}

@@ -227,6 +227,23 @@ func floorMS(now int64) int64 {
 	return q
 }
 
+// windowStart is floorDiv(at, w) * w, the start of the w-ms window that
+// holds at, for a key whose stored window started at start (known; a
+// multiple of w, as every stored state's is: decoding checks it, and the
+// decisions only store starts they computed). A key called again within
+// that window or the next, the usual case under load, costs no division.
+func windowStart(at, w, start int64, known bool) int64 {
+	if d := at - start; known && d >= 0 { // d < 0: at before start, or the subtraction wrapped
+		switch {
+		case d < w:
+			return start
+		case d < 2*w:
+			return start + w
+		}
+	}
+	return floorDiv(at, w) * w
+}
+
 // floorDiv is floor(a / b) for b > 0.
 func floorDiv(a, b int64) int64 {
 	q := a / b

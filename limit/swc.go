@@ -41,7 +41,7 @@ func (l SWC) viewOf(s SWCState, found bool, nowMS int64) swcView {
 	if same {
 		v.at = max(v.at, s.StartMS)
 	}
-	v.start = floorDiv(v.at, v.w) * v.w
+	v.start = windowStart(v.at, v.w, s.StartMS, same)
 	if same {
 		switch s.StartMS {
 		case v.start:
@@ -120,10 +120,16 @@ func (l SWC) r5(v *swcView, nowMS int64, cost uint32, ms bool) R5 {
 			r.RetryAfter = reply(v.retry(lim, c)+v.at-nowMS, ms)
 		}
 	}
-	w := uint64(v.w)
-	used := mul64(v.prev, uint64(v.w-(v.at-v.start))).add(mul64(cur, w))
-	if lw := mul64(lim, w); used.less(lw) {
-		r.Remaining = int64(lw.sub(used).div64(w))
+	// Remaining is floor((L*W - used) / W), used = prev(W-e) + cur*W;
+	// with no previous count (a key's first window, or one after an idle
+	// window) that is L - cur, with no division.
+	if w := uint64(v.w); v.prev != 0 {
+		used := mul64(v.prev, uint64(v.w-(v.at-v.start))).add(mul64(cur, w))
+		if lw := mul64(lim, w); used.less(lw) {
+			r.Remaining = int64(lw.sub(used).div64(w))
+		}
+	} else if cur < lim {
+		r.Remaining = int64(lim - cur)
 	}
 	switch {
 	case cur > 0:
