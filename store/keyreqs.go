@@ -37,9 +37,15 @@ func (r *ThrottleReq) route() *envelope { return r.addressed(r, r.Key) }
 func (r *ThrottleReq) run(sh *shard, now int64) {
 	nowMs := floorMs(now)
 	h := r.keyHash(sh.t, r.Key)
-	ei, tat, stale, err := sh.findTATReuse(r.Key, h, nowMs)
-	if r.Err = err; err != nil {
-		return
+	ei, stale := sh.findOrStale(r.Key, h, nowMs, limit.KindGCRA)
+	var tat uint64
+	if ei >= 0 && !stale {
+		e := sh.t.at(uint32(ei))
+		if e.outKind() != 0 {
+			r.Err = ErrWrongType
+			return
+		}
+		tat = e.tat
 	}
 	res, err := gcra.Throttle(r.Params, tat, ei >= 0 && !stale, now)
 	r.Result, r.Err = res, err
@@ -63,32 +69,30 @@ func (r *ThrottleReq) run(sh *shard, now int64) {
 	sh.changed(r.Key, sh.by)
 }
 
-// findTATReuse is findTAT for a call about to write the key: an expired
-// GCRA entry is counted and notified as expired, as find does, but left in
-// the table (stale) for the call to overwrite, or to remove if it writes
-// nothing. A limiter's key typically expires between two calls (its TTL
-// is how long it takes to refill), so under load most calls find it
-// expired, and a removal and an insertion per call would cost more than
-// the decision.
-func (sh *shard) findTATReuse(key []byte, h uint64, nowMs int64) (ei int64, tat uint64, stale bool, err error) {
+// findOrStale is find for a call about to write the key with a state of
+// kind k: an expired entry that holds a state of kind k in place (a GCRA
+// TAT, an FW or SWC state inline) is counted and notified as expired, as
+// find does, but left in the table (stale) for the call to overwrite, or
+// to remove if it writes nothing. A limiter's key typically expires
+// between two calls (a GCRA key once it has refilled, a window's at the
+// window's end), so under load many calls find it expired, and a removal
+// and an insertion each would cost more than the decision.
+func (sh *shard) findOrStale(key []byte, h uint64, nowMs int64, k limit.Kind) (ei int64, stale bool) {
 	ei = sh.t.findHash(key, h)
 	if ei < 0 {
-		return -1, 0, false, nil
+		return -1, false
 	}
 	e := sh.t.at(uint32(ei))
-	if e.exp() < nowMs {
-		sh.changed(key, 0)
-		sh.expired.Add(1)
-		if e.outKind() != 0 {
-			sh.removeHash(uint32(ei), h)
-			return -1, 0, false, nil
-		}
-		return ei, 0, true, nil
+	if e.exp() >= nowMs {
+		return ei, false
 	}
-	if e.outKind() != 0 {
-		return ei, 0, false, ErrWrongType
+	sh.changed(key, 0)
+	sh.expired.Add(1)
+	if k == limit.KindGCRA && e.outKind() == 0 || wideKind(k) && e.outKind() == k && e.inlineState() {
+		return ei, true
 	}
-	return ei, e.tat, false, nil
+	sh.removeHash(uint32(ei), h)
+	return -1, false
 }
 
 // GetReq is GET: a GCRA key's TAT.

@@ -345,13 +345,13 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 	s := &r.Call.Limits[0]
 	t := sh.t
 	h := r.keyHash(t, s.Key) // warm's, when queued by Add
-	ei := sh.find(s.Key, h, floorMs(now))
-	var e *entry
-	if ei >= 0 {
+	ei, stale := sh.findOrStale(s.Key, h, floorMs(now), s.Limit.Kind())
+	var e *entry // the live key's entry; nil for a missing or stale one
+	if ei >= 0 && !stale {
 		e = t.at(uint32(ei))
 	}
-	// entry returns the key's entry for the new state, inserting it (wide
-	// for an inline kind) if it is missing.
+	// entry returns the key's entry for the new state: the stale one, or
+	// a new one (wide for an inline kind) if it is missing.
 	entry := func(k limit.Kind) *entry {
 		if ei < 0 {
 			ei = int64(t.insertFor(s.Key, h, k))
@@ -401,6 +401,9 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 		}
 		next, err := limit.DecideGCRA(l, cur, e != nil, now, s.Cost, r.Call.Options, &r.Decision, res)
 		if err != nil {
+			if stale {
+				sh.removeHash(uint32(ei), h)
+			}
 			r.Err = err
 			return true
 		}
@@ -415,6 +418,8 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 		sh.setExp(e, res.ExpireAt)
 		sh.markDirty(uint32(ei))
 		sh.changed(s.Key, sh.by)
+	} else if stale {
+		sh.removeHash(uint32(ei), h)
 	}
 	return true
 }
