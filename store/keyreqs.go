@@ -69,32 +69,6 @@ func (r *ThrottleReq) run(sh *shard, now int64) {
 	sh.changed(r.Key, sh.by)
 }
 
-// findOrStale is find for a call about to write the key with a state of
-// kind k: an expired entry that holds a state of kind k in place (a GCRA
-// TAT, an FW or SWC state inline) is counted and notified as expired, as
-// find does, but left in the table (stale) for the call to overwrite, or
-// to remove if it writes nothing. A limiter's key typically expires
-// between two calls (a GCRA key once it has refilled, a window's at the
-// window's end), so under load many calls find it expired, and a removal
-// and an insertion each would cost more than the decision.
-func (sh *shard) findOrStale(key []byte, h uint64, nowMs int64, k limit.Kind) (ei int64, stale bool) {
-	ei = sh.t.findHash(key, h)
-	if ei < 0 {
-		return -1, false
-	}
-	e := sh.t.at(uint32(ei))
-	if e.exp() >= nowMs {
-		return ei, false
-	}
-	sh.changed(key, 0)
-	sh.expired.Add(1)
-	if k == limit.KindGCRA && e.outKind() == 0 || wideKind(k) && e.outKind() == k && e.inlineState() {
-		return ei, true
-	}
-	sh.removeHash(uint32(ei), h)
-	return -1, false
-}
-
 // GetReq is GET: a GCRA key's TAT.
 type GetReq struct {
 	envelope

@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/limit"
 )
 
 // shard owns one part of the keyspace. Only its owner's goroutine touches t.
@@ -634,17 +635,34 @@ func (sh *shard) setExp(e *entry, exp int64) {
 // find returns the entry index of a live key, removing it first if it has
 // expired (lazy expiry); -1 if absent. h is the key's table hash.
 func (sh *shard) find(key []byte, h uint64, nowMs int64) int64 {
-	ei := sh.t.findHash(key, h)
-	if ei < 0 {
-		return -1
-	}
-	if sh.t.at(uint32(ei)).exp() < nowMs {
-		sh.changed(key, 0)
-		sh.removeHash(uint32(ei), h)
-		sh.expired.Add(1)
-		return -1
-	}
+	ei, _ := sh.findOrStale(key, h, nowMs, 0) // kind 0: no expired entry is kept
 	return ei
+}
+
+// findOrStale is lazy expiry for a call about to write the key with a
+// state of kind k (0 for none, as find): an expired entry that holds a
+// state of kind k in place (a GCRA TAT, an FW or SWC state inline) is
+// counted and notified as expired like any other, but left in the table
+// (stale) for the call to overwrite, or to remove if it writes nothing. A limiter's key typically expires
+// between two calls (a GCRA key once it has refilled, a window's at the
+// window's end), so under load many calls find it expired, and a removal
+// and an insertion each would cost more than the decision.
+func (sh *shard) findOrStale(key []byte, h uint64, nowMs int64, k limit.Kind) (ei int64, stale bool) {
+	ei = sh.t.findHash(key, h)
+	if ei < 0 {
+		return -1, false
+	}
+	e := sh.t.at(uint32(ei))
+	if e.exp() >= nowMs {
+		return ei, false
+	}
+	sh.changed(key, 0)
+	sh.expired.Add(1)
+	if k == limit.KindGCRA && e.outKind() == 0 || wideKind(k) && e.outKind() == k && e.inlineState() {
+		return ei, true
+	}
+	sh.removeHash(uint32(ei), h)
+	return -1, false
 }
 
 // remove deletes a key from memory and from disk.
