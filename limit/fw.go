@@ -69,19 +69,19 @@ func fwOf(state []byte) (s FWState, found bool, err error) {
 	return s, err == nil, err
 }
 
-// step is FW's whole decision on a decoded state: the R5 (spec §4 FW:
-// admits iff n + cost <= Limit) and, when write, the cost is above 0 and
-// it admits, the charged state and the key's expiry, the window's end
-// (wrote true). Every path to an FW decision (Eval, AppendCharged, charge,
-// DecideFW) is this one function.
-func (l FW) step(s FWState, found bool, now int64, cost uint32, ms, write bool) (r R5, next FWState, exp int64, wrote bool) {
+// step is FW's whole decision on a decoded state: the R5, written to *r
+// (spec §4 FW: admits iff n + cost <= Limit), and, when write, the cost is
+// above 0 and it admits, the charged state and the key's expiry, the
+// window's end (wrote true). Every path to an FW decision (Eval,
+// AppendCharged, charge, DecideFW) is this one function.
+func (l FW) step(s FWState, found bool, now int64, cost uint32, ms, write bool, r *R5) (next FWState, exp int64, wrote bool) {
 	nowMS := floorMS(now)
 	x := l.windowOf(s, found, nowMS)
-	r = windowR5(uint64(l.Limit), x.n, uint64(cost), x.start+x.w-nowMS, ms)
+	*r = windowR5(uint64(l.Limit), x.n, uint64(cost), x.start+x.w-nowMS, ms)
 	if !write || r.Limited || cost == 0 {
-		return r, FWState{}, 0, false
+		return FWState{}, 0, false
 	}
-	return r, FWState{WindowMS: x.w, StartMS: x.start, Count: satAdd(x.n, uint64(cost))}, x.start + x.w, true
+	return FWState{WindowMS: x.w, StartMS: x.start, Count: satAdd(x.n, uint64(cost))}, x.start + x.w, true
 }
 
 // Eval: admits iff n + cost <= Limit (spec §4 FW).
@@ -90,7 +90,8 @@ func (l FW) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
 	if err != nil {
 		return R5{}, err
 	}
-	r, _, _, _ := l.step(s, found, now, cost, ms, false)
+	var r R5
+	l.step(s, found, now, cost, ms, false, &r)
 	return r, nil
 }
 
@@ -100,7 +101,8 @@ func (l FW) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (R
 	if err != nil {
 		return R5{}, dst, 0, err
 	}
-	r, next, exp, wrote := l.step(s, found, now, cost, ms, write)
+	var r R5
+	next, exp, wrote := l.step(s, found, now, cost, ms, write, &r)
 	if wrote {
 		dst = next.appendTo(dst)
 	}
@@ -138,7 +140,8 @@ func (l FW) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, in
 	if err != nil {
 		return dst, 0, err
 	}
-	_, next, exp, wrote := l.step(s, found, now, cost, false, true)
+	var r R5
+	next, exp, wrote := l.step(s, found, now, cost, false, true, &r)
 	if !wrote {
 		return dst, 0, ErrNotAdmitted
 	}
@@ -152,8 +155,8 @@ func (l FW) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, in
 // next is the state to store (res.State is not set). It sets *d and *res
 // in place.
 func DecideFW(l FW, s FWState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next FWState) {
-	r, next, exp, wrote := l.step(s, found, now, cost, opt.MS, charges(opt, cost))
-	single(r, wrote, exp, d, res)
+	next, exp, wrote := l.step(s, found, now, cost, opt.MS, charges(opt, cost), &res.R5)
+	single(wrote, exp, d, res)
 	return next
 }
 

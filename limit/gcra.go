@@ -58,7 +58,8 @@ func (l GCRA) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
 	if err != nil {
 		return R5{}, err
 	}
-	r, _, _, _, err := l.step(tat, found, now, cost, ms, false)
+	var r R5
+	_, _, _, err = l.step(tat, found, now, cost, ms, false, &r)
 	return r, err
 }
 
@@ -73,7 +74,8 @@ func (l GCRA) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, 
 	if err != nil {
 		return dst, 0, err
 	}
-	_, next, exp, wrote, err := l.step(tat, found, now, cost, false, true)
+	var r R5
+	next, exp, wrote, err := l.step(tat, found, now, cost, false, true, &r)
 	if err != nil {
 		return dst, 0, err
 	}
@@ -97,36 +99,38 @@ func gcraOf(state []byte) (tat uint64, found bool, err error) {
 }
 
 // step is GCRA's whole decision on a TAT (found false: a missing key),
-// as FW's step is FW's: CL.THROTTLE's reply with quantity cost and, when
+// as FW's step is FW's: CL.THROTTLE's reply with quantity cost (to *r; the
+// zero R5 with an error) and, when
 // write, the cost is above 0 and it admits, the new TAT and the key's
 // expiry (see AppendCharged). One gcra call gives both: its ms option
 // changes the reply's durations only.
-func (l GCRA) step(tat uint64, found bool, now int64, cost uint32, ms, write bool) (r R5, next GCRAState, exp int64, wrote bool, err error) {
+func (l GCRA) step(tat uint64, found bool, now int64, cost uint32, ms, write bool, r *R5) (next GCRAState, exp int64, wrote bool, err error) {
 	t := l.Interval()
 	if t == 0 {
-		return R5{}, GCRAState{}, 0, false, ErrRateTooHigh
+		*r = R5{}
+		return GCRAState{}, 0, false, ErrRateTooHigh
 	}
 	p := gcra.Params{MaxBurst: int64(l.MaxBurst), Quantity: int64(cost)}
 	g := gcra.ThrottleInterval(t, p, tat, found, now, ms)
-	r = R5{g.Limited, g.Limit, g.Remaining, g.RetryAfter, g.ResetAfter}
+	*r = R5{g.Limited, g.Limit, g.Remaining, g.RetryAfter, g.ResetAfter}
 	if !write || !g.Write || cost == 0 {
-		return r, GCRAState{}, 0, false, nil
+		return GCRAState{}, 0, false, nil
 	}
 	exp = floorMS(now)
 	if g.Expiry == gcra.ExpireAfter {
 		exp += g.TTLMillis
 	}
-	return r, GCRAState{g.NewTAT}, exp, true, nil
+	return GCRAState{g.NewTAT}, exp, true, nil
 }
 
 // DecideGCRA is DecideFW for a call whose one limit is a GCRA, on the
 // key's TAT.
 func DecideGCRA(l GCRA, s GCRAState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next GCRAState, err error) {
-	r, next, exp, wrote, err := l.step(s.TAT, found, now, cost, opt.MS, charges(opt, cost))
+	next, exp, wrote, err := l.step(s.TAT, found, now, cost, opt.MS, charges(opt, cost), &res.R5)
 	if err != nil {
 		return GCRAState{}, err
 	}
-	single(r, wrote, exp, d, res)
+	single(wrote, exp, d, res)
 	return next, nil
 }
 
@@ -225,7 +229,8 @@ func (l GCRA) charge(dst, state []byte, now int64, cost uint32, ms, write bool) 
 	if err != nil {
 		return R5{}, dst, 0, err
 	}
-	r, next, exp, wrote, err := l.step(tat, found, now, cost, ms, write)
+	var r R5
+	next, exp, wrote, err := l.step(tat, found, now, cost, ms, write, &r)
 	if wrote {
 		dst = next.appendTo(dst)
 	}

@@ -64,16 +64,16 @@ func swcOf(state []byte) (s SWCState, found bool, err error) {
 }
 
 // step is SWC's whole decision on a decoded state, as FW's step is FW's:
-// the R5 and, when write, the cost is above 0 and it admits, the charged
+// the R5 (to *r) and, when write, the cost is above 0 and it admits, the charged
 // state and the key's expiry, the end of the window after the current one.
-func (l SWC) step(s SWCState, found bool, now int64, cost uint32, ms, write bool) (r R5, next SWCState, exp int64, wrote bool) {
+func (l SWC) step(s SWCState, found bool, now int64, cost uint32, ms, write bool, r *R5) (next SWCState, exp int64, wrote bool) {
 	nowMS := floorMS(now)
 	v := l.viewOf(s, found, nowMS)
-	r = l.r5(&v, nowMS, cost, ms)
+	l.r5(&v, nowMS, cost, ms, r)
 	if !write || r.Limited || cost == 0 {
-		return r, SWCState{}, 0, false
+		return SWCState{}, 0, false
 	}
-	return r, SWCState{WindowMS: v.w, StartMS: v.start, Prev: v.prev, Cur: satAdd(v.cur, uint64(cost))}, v.start + 2*v.w, true
+	return SWCState{WindowMS: v.w, StartMS: v.start, Prev: v.prev, Cur: satAdd(v.cur, uint64(cost))}, v.start + 2*v.w, true
 }
 
 // admits reports E + c - 1 < L, exactly: prev(W-e) + (cur+c)W < (L+1)W.
@@ -90,7 +90,8 @@ func (l SWC) Eval(state []byte, now int64, cost uint32, ms bool) (R5, error) {
 	if err != nil {
 		return R5{}, err
 	}
-	r, _, _, _ := l.step(s, found, now, cost, ms, false)
+	var r R5
+	l.step(s, found, now, cost, ms, false, &r)
 	return r, nil
 }
 
@@ -100,7 +101,8 @@ func (l SWC) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (
 	if err != nil {
 		return R5{}, dst, 0, err
 	}
-	r, next, exp, wrote := l.step(s, found, now, cost, ms, write)
+	var r R5
+	next, exp, wrote := l.step(s, found, now, cost, ms, write, &r)
 	if wrote {
 		dst = next.appendTo(dst)
 	}
@@ -108,9 +110,9 @@ func (l SWC) charge(dst, state []byte, now int64, cost uint32, ms, write bool) (
 }
 
 // r5 is Eval's reply for view v of the state at nowMS.
-func (l SWC) r5(v *swcView, nowMS int64, cost uint32, ms bool) R5 {
+func (l SWC) r5(v *swcView, nowMS int64, cost uint32, ms bool, r *R5) {
 	lim, c := uint64(l.Limit), uint64(cost)
-	r := R5{Limit: int64(lim), RetryAfter: -1}
+	*r = R5{Limit: int64(lim), RetryAfter: -1}
 	cur := v.cur
 	if v.admits(lim, c) {
 		cur = satAdd(cur, c)
@@ -137,7 +139,6 @@ func (l SWC) r5(v *swcView, nowMS int64, cost uint32, ms bool) R5 {
 	case v.prev > 0:
 		r.ResetAfter = reply(v.start+v.w-nowMS, ms)
 	}
-	return r
 }
 
 // retry is the smallest whole number of ms d >= 1 after v.at at which a
@@ -173,7 +174,8 @@ func (l SWC) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, i
 	if err != nil {
 		return dst, 0, err
 	}
-	_, next, exp, wrote := l.step(s, found, now, cost, false, true)
+	var r R5
+	next, exp, wrote := l.step(s, found, now, cost, false, true, &r)
 	if !wrote {
 		return dst, 0, ErrNotAdmitted
 	}
@@ -182,8 +184,8 @@ func (l SWC) AppendCharged(dst, state []byte, now int64, cost uint32) ([]byte, i
 
 // DecideSWC is DecideFW for a call whose one limit is an SWC.
 func DecideSWC(l SWC, s SWCState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next SWCState) {
-	r, next, exp, wrote := l.step(s, found, now, cost, opt.MS, charges(opt, cost))
-	single(r, wrote, exp, d, res)
+	next, exp, wrote := l.step(s, found, now, cost, opt.MS, charges(opt, cost), &res.R5)
+	single(wrote, exp, d, res)
 	return next
 }
 

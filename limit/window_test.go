@@ -65,7 +65,8 @@ func TestSWCRemainingWithoutPrevious(t *testing.T) {
 		start := int64(7) * w
 		v := swcView{w: w, start: start, at: start + rnd.Int64N(w), cur: cur}
 		c := uint64(rnd.IntN(3))
-		r := l.r5(&v, v.at, uint32(c), true)
+		var r R5
+		l.r5(&v, v.at, uint32(c), true, &r)
 		if !r.Limited {
 			cur = satAdd(cur, c) // the reply counts the charge it admits
 		}
