@@ -99,11 +99,10 @@ func gcraOf(state []byte) (tat uint64, found bool, err error) {
 }
 
 // step is GCRA's whole decision on a TAT (found false: a missing key),
-// as FW's step is FW's: CL.THROTTLE's reply with quantity cost (to *r; the
-// zero R5 with an error) and, when
-// write, the cost is above 0 and it admits, the new TAT and the key's
-// expiry (see AppendCharged). One gcra call gives both: its ms option
-// changes the reply's durations only.
+// as FW's step is FW's: CL.THROTTLE's reply with quantity cost, written to
+// *r (the zero R5 with an error), and, when write, the cost is above 0 and
+// it admits, the new TAT and the key's expiry (see AppendCharged). One
+// gcra call gives both: its ms option changes the reply's durations only.
 func (l GCRA) step(tat uint64, found bool, now int64, cost uint32, ms, write bool, r *R5) (next GCRAState, exp int64, wrote bool, err error) {
 	t := l.Interval()
 	if t == 0 {

@@ -64,8 +64,9 @@ func swcOf(state []byte) (s SWCState, found bool, err error) {
 }
 
 // step is SWC's whole decision on a decoded state, as FW's step is FW's:
-// the R5 (to *r) and, when write, the cost is above 0 and it admits, the charged
-// state and the key's expiry, the end of the window after the current one.
+// the R5, written to *r, and, when write, the cost is above 0 and it
+// admits, the charged state and the key's expiry, the end of the window
+// after the current one.
 func (l SWC) step(s SWCState, found bool, now int64, cost uint32, ms, write bool, r *R5) (next SWCState, exp int64, wrote bool) {
 	nowMS := floorMS(now)
 	v := l.viewOf(s, found, nowMS)
