@@ -123,14 +123,11 @@ func (l GCRA) step(tat uint64, found bool, now int64, cost uint32, ms, write boo
 }
 
 // DecideGCRA is DecideFW for a call whose one limit is a GCRA, on the
-// key's TAT.
+// key's TAT. With an error (ErrRateTooHigh) res does not write.
 func DecideGCRA(l GCRA, s GCRAState, found bool, now int64, cost uint32, opt Options, d *Decision, res *Result) (next GCRAState, err error) {
 	next, exp, wrote, err := l.step(s.TAT, found, now, cost, opt.MS, charges(opt, cost), &res.R5)
-	if err != nil {
-		return GCRAState{}, err
-	}
 	single(wrote, exp, d, res)
-	return next, nil
+	return next, err
 }
 
 // parseGCRA: max_burst, count, period, then cost, then the interval.

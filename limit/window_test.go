@@ -47,8 +47,9 @@ func TestWindowStartIsFloorDiv(t *testing.T) {
 	}
 }
 
-// SWC's remaining with no previous count is L - cur (after the charge), as the exact formula
-// floor((L*W - cur*W) / W) gives, from an empty window to past the limit.
+// SWC's remaining with no previous count is L - cur (after the charge), as
+// the exact formula floor((L*W - cur*W) / W) gives, from an empty window
+// to past the limit.
 func TestSWCRemainingWithoutPrevious(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(5, 6))
 	for range 100_000 {

@@ -400,13 +400,7 @@ func (r *LimitReq) decideInline(sh *shard, now int64) bool {
 			cur.TAT = e.tat
 		}
 		next, err := limit.DecideGCRA(l, cur, e != nil, now, s.Cost, r.Call.Options, &r.Decision, res)
-		if err != nil {
-			if stale {
-				sh.removeHash(uint32(ei), h)
-			}
-			r.Err = err
-			return true
-		}
+		r.Err = err // with an error res does not write: a stale entry is removed below
 		if res.Write {
 			e = entry(limit.KindGCRA)
 			t.setTAT(e, next.TAT)

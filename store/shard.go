@@ -643,10 +643,11 @@ func (sh *shard) find(key []byte, h uint64, nowMs int64) int64 {
 // state of kind k (0 for none, as find): an expired entry that holds a
 // state of kind k in place (a GCRA TAT, an FW or SWC state inline) is
 // counted and notified as expired like any other, but left in the table
-// (stale) for the call to overwrite, or to remove if it writes nothing. A limiter's key typically expires
-// between two calls (a GCRA key once it has refilled, a window's at the
-// window's end), so under load many calls find it expired, and a removal
-// and an insertion each would cost more than the decision.
+// (stale) for the call to overwrite, or to remove if it writes nothing.
+// A limiter's key typically expires between two calls (a GCRA key once
+// it has refilled, a window's at the window's end), so under load many
+// calls find it expired, and a removal and an insertion each would cost
+// more than the decision.
 func (sh *shard) findOrStale(key []byte, h uint64, nowMs int64, k limit.Kind) (ei int64, stale bool) {
 	ei = sh.t.findHash(key, h)
 	if ei < 0 {
