@@ -87,6 +87,11 @@ func (s *Server) drainPushes(gc gnet.Conn, c *conn) bool {
 	if len(b) == 0 {
 		return true
 	}
+	// Replies left for the loop's round go first: a push about a key
+	// they read must follow them.
+	if !s.flush(gc, c) {
+		return false
+	}
 	if _, err := gc.Write(b); err != nil {
 		return false
 	}

@@ -165,6 +165,7 @@ type Server struct {
 
 	loops    int                             // event loops
 	homes    map[gnet.EventLoop]*store.Owner // each loop's owner (hostOwners)
+	writers  map[gnet.EventLoop]*loopWriter  // each loop's round write-out (writer.go), under connsMu
 	hosts    []*store.Owner                  // the owners adopted, to detach
 	ctlPeers []net.Conn                      // the far ends of the loops' control connections
 }
@@ -175,7 +176,7 @@ func New(cfg Config, exec *commands.Server) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, exec: exec, stopped: make(chan struct{}), conns: map[*conn]gnet.Conn{}, sweep: make(chan struct{})}
+	s := &Server{cfg: cfg, exec: exec, stopped: make(chan struct{}), conns: map[*conn]gnet.Conn{}, writers: map[gnet.EventLoop]*loopWriter{}, sweep: make(chan struct{})}
 	s.now.Store(time.Now().UnixMilli())
 	return s, nil
 }
@@ -406,6 +407,11 @@ type conn struct {
 	// to the OS when a big one leaves.
 	peak int
 	push pushes // push messages waiting for the event loop (push.go)
+	// w is the loop's writer; listed: c is on its list, with gc, until the
+	// round's write-out (writer.go).
+	w      *loopWriter
+	listed bool
+	gc     gnet.Conn
 }
 
 var errMaxClients = []byte("-ERR max number of clients reached\r\n")
@@ -448,6 +454,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	gc.SetContext(c)
 	s.connsMu.Lock()
 	s.conns[c] = gc
+	c.w = s.writerOf(gc)
 	s.connsMu.Unlock()
 	return nil, gnet.None
 }
@@ -651,6 +658,10 @@ func (s *Server) process(gc gnet.Conn, c *conn, buf []byte) (int, bool) {
 		if len(c.p.ends) > 0 {
 			c.cmds = c.p.commands(c.cmds[:0])
 			if s.exec.Slow(c.cmds) {
+				// Earlier replies left for the round go first.
+				if !s.flush(gc, c) {
+					return start, false
+				}
 				s.detach(gc, c, perr)
 				return start, true
 			}
@@ -678,13 +689,15 @@ func (s *Server) process(gc gnet.Conn, c *conn, buf []byte) (int, bool) {
 			return start, true
 		}
 		c.cl.WaitSync()
-		if perr != nil {
-			c.out.WriteError("ERR " + perr.Error())
-		}
-		if !s.flush(gc, c) {
+		if perr != nil || c.cl.Closing() {
+			if perr != nil {
+				c.out.WriteError("ERR " + perr.Error())
+			}
+			s.flush(gc, c)
 			return start, false
 		}
-		if perr != nil || c.cl.Closing() {
+		// The replies go out with the loop's round (writer.go).
+		if !c.w.later(gc, c) && !s.flush(gc, c) {
 			return start, false
 		}
 	}

@@ -1,0 +1,103 @@
+package resp
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRoundWriteOut drives the loop's round write-out (writer.go) from many
+// clients at once: unpipelined calls, pipelines, replies past deferMax
+// (written at once, after the listed ones of the same connection), and
+// clients that hang up with replies still listed. Every reply must arrive
+// whole and in request order, and the server must serve on.
+func TestRoundWriteOut(t *testing.T) {
+	srv, _ := startTestServer(t, Config{}, slog.New(slog.DiscardHandler))
+	addr := srv.Addr().String()
+	big := strings.Repeat("x", deferMax+1000)
+
+	const clients, rounds = 32, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*clients)
+	for ci := 0; ci < clients; ci++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+			r := bufio.NewReader(nc)
+			rng := rand.New(rand.NewPCG(uint64(ci), 3))
+			for round := 0; round < rounds; round++ {
+				var req strings.Builder
+				var want []string
+				for i := 0; i < 1+rng.IntN(4); i++ {
+					switch rng.IntN(6) {
+					case 0:
+						req.WriteString(cmdBytes("ECHO", big))
+						want = append(want, big)
+					case 1, 2:
+						req.WriteString(cmdBytes("PING"))
+						want = append(want, "+PONG")
+					default:
+						v := fmt.Sprintf("c%d-r%d-%d", ci, round, i)
+						req.WriteString(cmdBytes("ECHO", v))
+						want = append(want, v)
+					}
+				}
+				if _, err := io.WriteString(nc, req.String()); err != nil {
+					errs <- err
+					return
+				}
+				for _, w := range want {
+					toks, err := readReply(r, nil)
+					if err != nil {
+						errs <- fmt.Errorf("client %d round %d: %w", ci, round, err)
+						return
+					}
+					if len(toks) != 1 || toks[0] != w {
+						errs <- fmt.Errorf("client %d round %d: got %.40q, want %.40q", ci, round, toks, w)
+						return
+					}
+				}
+			}
+		}()
+		// Meanwhile clients that send and hang up before their replies
+		// are written.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				nc, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, _ = io.WriteString(nc, cmdBytes("PING")+cmdBytes("ECHO", "gone"))
+				_ = nc.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, "+PONG\r\n", ping(addr))
+	// The write-out's count ends just after its writes.
+	require.Eventually(t, func() bool { return srv.waiting.Load() == 0 }, 5*time.Second, time.Millisecond,
+		"a round's write-out still counted as waiting")
+}
