@@ -20,13 +20,22 @@ import (
 // shape by reply shape: the ceiling of a ratio such as CL.LIMIT's rate over
 // CL.THROTTLE's, which no server can beat with the same load generator on
 // the same cores. It runs on gnet with one event loop, as cellserver's
-// wire does, so its I/O costs what cellserver's does.
+// wire does, so its I/O costs what cellserver's does; like cellserver's
+// (resp/writer.go), it writes each connection's replies once per round of
+// the loop, after the round's reads.
 type Canned struct {
 	gnet.BuiltinEventEngine
 	replies map[string][]byte // by lower-case command name
-	out     []byte            // the replies of one read (one event loop)
 	booted  chan gnet.Engine
+	// The connections whose replies wait for the round's write-out, and
+	// that write-out, queued on the loop (one event loop: no lock).
+	listed  []gnet.Conn
+	spare   []gnet.Conn
+	writing gnet.Runnable
 }
+
+// cannedConn is a connection's replies not written yet.
+type cannedConn struct{ out []byte }
 
 // NewCanned returns a server answering each command named in replies with
 // its bytes, PING with +PONG unless given, and any other command with an
@@ -38,7 +47,38 @@ func NewCanned(replies map[string][]byte) *Canned {
 	for k, v := range replies {
 		r[strings.ToLower(k)] = v
 	}
-	return &Canned{replies: r, booted: make(chan gnet.Engine, 1)}
+	s := &Canned{replies: r, booted: make(chan gnet.Engine, 1)}
+	s.writing = gnet.RunnableFunc(func(context.Context) error {
+		s.writeOut()
+		return nil
+	})
+	return s
+}
+
+// OnOpen gives the connection its reply buffer.
+func (s *Canned) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	c.SetContext(&cannedConn{})
+	return nil, gnet.None
+}
+
+// OnClose drops it (a listed connection is then skipped).
+func (s *Canned) OnClose(c gnet.Conn, _ error) gnet.Action {
+	c.SetContext(nil)
+	return gnet.None
+}
+
+// writeOut writes every listed connection's replies.
+func (s *Canned) writeOut() {
+	q := s.listed
+	s.listed, s.spare = s.spare[:0], nil
+	for _, c := range q {
+		if cc, ok := c.Context().(*cannedConn); ok && len(cc.out) > 0 {
+			_, _ = c.Write(cc.out)
+			cc.out = cc.out[:0]
+		}
+	}
+	clear(q)
+	s.spare = q[:0]
 }
 
 // OnBoot hands the engine to ServeCanned, which stops it.
@@ -49,10 +89,16 @@ func (s *Canned) OnBoot(eng gnet.Engine) gnet.Action {
 
 var errUnknownCanned = []byte("-ERR unknown command\r\n")
 
-// OnTraffic answers every whole command received, in one write.
+// OnTraffic answers every whole command received, in one write at the
+// end of the loop's round.
 func (s *Canned) OnTraffic(c gnet.Conn) gnet.Action {
+	cc, ok := c.Context().(*cannedConn)
+	if !ok {
+		return gnet.Close
+	}
 	in, _ := c.Peek(-1)
-	out := s.out[:0]
+	out := cc.out
+	was := len(out)
 	used := 0
 	var name [64]byte
 	for used < len(in) {
@@ -82,10 +128,15 @@ func (s *Canned) OnTraffic(c gnet.Conn) gnet.Action {
 	if used > 0 { // gnet's Discard(0) discards everything
 		_, _ = c.Discard(used)
 	}
-	if len(out) > 0 {
-		_, _ = c.Write(out)
+	cc.out = out
+	if was == 0 && len(out) > 0 {
+		if len(s.listed) == 0 {
+			if err := c.EventLoop().Execute(context.Background(), s.writing); err != nil {
+				return gnet.Close // the engine is stopping
+			}
+		}
+		s.listed = append(s.listed, c)
 	}
-	s.out = out
 	return gnet.None
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +74,34 @@ func TestCannedReplies(t *testing.T) {
 	v, err = readValue(r, 0)
 	require.NoError(t, err)
 	assert.Equal(t, Value{Kind: '-', Str: "ERR unknown command"}, v, "no reply for the name alone")
+
+	// Several connections at once, unpipelined: each reply is written at
+	// the end of the loop's round, to its own connection.
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if !assert.NoError(t, err) {
+				return
+			}
+			defer nc.Close()
+			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+			r := bufio.NewReader(nc)
+			for j := 0; j < 200; j++ {
+				_, err := nc.Write(AppendCommand(nil, []byte("PING")))
+				if !assert.NoError(t, err) {
+					return
+				}
+				v, err := readValue(r, 0)
+				if !assert.NoError(t, err) || !assert.Equal(t, "PONG", v.Str) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // TestCannedRefusesGarbage: a request that is not an array of bulk strings
