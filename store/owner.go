@@ -450,7 +450,7 @@ func (s *signal) Done() {
 // wait returns once the count is 0, serving home's batches meanwhile.
 func (s *signal) wait(home *Owner) {
 	select {
-	case <-s.c: // every batch ran already (the home's, here): no select of two
+	case <-s.c: // every batch ran already: no select of two
 		return
 	default:
 	}

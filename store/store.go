@@ -760,9 +760,14 @@ func (ss *Session) runBatches() {
 		ss.failClosed()
 		return
 	}
-	ss.sig.add(len(ss.touched))
+	// One count more than the batches, the session's own (as RunAsync's):
+	// when every batch ran here, the session counts the last and has no
+	// channel to wait on.
+	ss.sig.add(len(ss.touched) + 1)
 	ss.send()
-	ss.sig.wait(ss.home)
+	if ss.sig.n.Add(-1) != 0 {
+		ss.sig.wait(ss.home)
+	}
 	st.leave()
 	if ss.sig.lost.Load() { // set only at a Close while writes fail
 		ss.sig.lost.Store(false)
