@@ -523,7 +523,7 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 		return gnet.None
 	}
 	if s.closing.Load() && !c.busy {
-		s.flush(gc, c) // the replies left for the round, as before shutdown
+		s.flush(gc, c)    // the replies left for the round, as before shutdown
 		return gnet.Close // shutting down: no new commands
 	}
 	if now := s.now.Load(); c.lastIO.Load() != now {

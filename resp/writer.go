@@ -14,9 +14,8 @@ import (
 // receiving side's TCP and wakes the client inside the server's write; a
 // client that is awake takes the next reply without being woken again.
 // Replies written between reads spread out, so that the clients have gone
-// back to sleep and each write pays a wake-up across cores. Measured
-// unpipelined: 5-14% more requests a second for a gnet server doing
-// nothing, at 1-14% less CPU per request (docs/performance.md, issue #19).
+// back to sleep and each write pays a wake-up across cores, dear on a VM
+// (measured in docs/performance.md, issue #19).
 //
 // gnet has no hook for "every ready connection was read": the list's
 // write-out is a task queued on the loop (Execute), which runs after the

@@ -16,14 +16,16 @@ import (
 )
 
 // TestRoundWriteOut drives the loop's round write-out (writer.go) from many
-// clients at once: unpipelined calls, pipelines, replies past deferMax
-// (written at once, after the listed ones of the same connection), and
-// clients that hang up with replies still listed. Every reply must arrive
-// whole and in request order, and the server must serve on.
+// clients at once: unpipelined calls, pipelines, pipelines whose replies
+// pass deferMax and replies that reference the request (both written at
+// once, after the listed ones of the same connection), and clients that
+// hang up with replies still listed. Every reply must arrive whole and in
+// request order, and the server must serve on.
 func TestRoundWriteOut(t *testing.T) {
 	srv, _ := startTestServer(t, Config{}, slog.New(slog.DiscardHandler))
 	addr := srv.Addr().String()
-	big := strings.Repeat("x", deferMax+1000)
+	big := strings.Repeat("x", deferMax+1000)  // referenced (commands.bigRef)
+	mid := strings.Repeat("y", deferMax/3+100) // copied: three pass deferMax
 
 	const clients, rounds = 32, 100
 	var wg sync.WaitGroup
@@ -45,10 +47,15 @@ func TestRoundWriteOut(t *testing.T) {
 				var req strings.Builder
 				var want []string
 				for i := 0; i < 1+rng.IntN(4); i++ {
-					switch rng.IntN(6) {
+					switch rng.IntN(7) {
 					case 0:
 						req.WriteString(cmdBytes("ECHO", big))
 						want = append(want, big)
+					case 6:
+						for j := 0; j < 3; j++ {
+							req.WriteString(cmdBytes("ECHO", mid))
+							want = append(want, mid)
+						}
 					case 1, 2:
 						req.WriteString(cmdBytes("PING"))
 						want = append(want, "+PONG")
