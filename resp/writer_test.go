@@ -28,69 +28,18 @@ func TestRoundWriteOut(t *testing.T) {
 	mid := strings.Repeat("y", deferMax/3+100) // copied: three pass deferMax
 
 	const clients, rounds = 32, 100
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*clients)
+	// Meanwhile clients that send and hang up before their replies are
+	// written.
+	var hangups sync.WaitGroup
+	hangupErrs := make(chan error, clients)
 	for ci := 0; ci < clients; ci++ {
-		wg.Add(1)
+		hangups.Add(1)
 		go func() {
-			defer wg.Done()
-			nc, err := net.DialTimeout("tcp", addr, time.Second)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer nc.Close()
-			_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
-			r := bufio.NewReader(nc)
-			rng := rand.New(rand.NewPCG(uint64(ci), 3))
-			for round := 0; round < rounds; round++ {
-				var req strings.Builder
-				var want []string
-				for i := 0; i < 1+rng.IntN(4); i++ {
-					switch rng.IntN(7) {
-					case 0:
-						req.WriteString(cmdBytes("ECHO", big))
-						want = append(want, big)
-					case 6:
-						for j := 0; j < 3; j++ {
-							req.WriteString(cmdBytes("ECHO", mid))
-							want = append(want, mid)
-						}
-					case 1, 2:
-						req.WriteString(cmdBytes("PING"))
-						want = append(want, "+PONG")
-					default:
-						v := fmt.Sprintf("c%d-r%d-%d", ci, round, i)
-						req.WriteString(cmdBytes("ECHO", v))
-						want = append(want, v)
-					}
-				}
-				if _, err := io.WriteString(nc, req.String()); err != nil {
-					errs <- err
-					return
-				}
-				for _, w := range want {
-					toks, err := readReply(r, nil)
-					if err != nil {
-						errs <- fmt.Errorf("client %d round %d: %w", ci, round, err)
-						return
-					}
-					if len(toks) != 1 || toks[0] != w {
-						errs <- fmt.Errorf("client %d round %d: got %.40q, want %.40q", ci, round, toks, w)
-						return
-					}
-				}
-			}
-		}()
-		// Meanwhile clients that send and hang up before their replies
-		// are written.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+			defer hangups.Done()
 			for i := 0; i < 50; i++ {
 				nc, err := net.DialTimeout("tcp", addr, time.Second)
 				if err != nil {
-					errs <- err
+					hangupErrs <- err
 					return
 				}
 				_, _ = io.WriteString(nc, cmdBytes("PING")+cmdBytes("ECHO", "gone"))
@@ -98,11 +47,51 @@ func TestRoundWriteOut(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
+	errs := eachClient(addr, clients, 20*time.Second, func(ci int, nc net.Conn, r *bufio.Reader) error {
+		rng := rand.New(rand.NewPCG(uint64(ci), 3))
+		for round := 0; round < rounds; round++ {
+			var req strings.Builder
+			var want []string
+			for i := 0; i < 1+rng.IntN(4); i++ {
+				switch rng.IntN(7) {
+				case 0:
+					req.WriteString(cmdBytes("ECHO", big))
+					want = append(want, big)
+				case 6:
+					for j := 0; j < 3; j++ {
+						req.WriteString(cmdBytes("ECHO", mid))
+						want = append(want, mid)
+					}
+				case 1, 2:
+					req.WriteString(cmdBytes("PING"))
+					want = append(want, "+PONG")
+				default:
+					v := fmt.Sprintf("c%d-r%d-%d", ci, round, i)
+					req.WriteString(cmdBytes("ECHO", v))
+					want = append(want, v)
+				}
+			}
+			if _, err := io.WriteString(nc, req.String()); err != nil {
+				return err
+			}
+			for _, w := range want {
+				toks, err := readReply(r, nil)
+				if err != nil {
+					return fmt.Errorf("client %d round %d: %w", ci, round, err)
+				}
+				if len(toks) != 1 || toks[0] != w {
+					return fmt.Errorf("client %d round %d: got %.40q, want %.40q", ci, round, toks, w)
+				}
+			}
+		}
+		return nil
+	})
+	hangups.Wait()
+	close(hangupErrs)
+	for err := range hangupErrs {
+		errs = append(errs, err)
 	}
+	require.Empty(t, errs)
 	require.Equal(t, "+PONG\r\n", ping(addr))
 	// The write-out's count ends just after its writes.
 	require.Eventually(t, func() bool { return srv.waiting.Load() == 0 }, 5*time.Second, time.Millisecond,
