@@ -407,11 +407,10 @@ type conn struct {
 	// to the OS when a big one leaves.
 	peak int
 	push pushes // push messages waiting for the event loop (push.go)
-	// w is the loop's writer; listed: c is on its list, with gc, until the
-	// round's write-out (writer.go).
+	// w is the loop's writer; listed: c is on its list until the round's
+	// write-out (writer.go).
 	w      *loopWriter
 	listed bool
-	gc     gnet.Conn
 }
 
 var errMaxClients = []byte("-ERR max number of clients reached\r\n")

@@ -32,8 +32,8 @@ const deferMax = 64 << 10
 type loopWriter struct {
 	s      *Server
 	el     gnet.EventLoop
-	q      []*conn
-	spare  []*conn
+	q      []gnet.Conn // connections listed this round
+	spare  []gnet.Conn
 	run    gnet.Runnable
 	queued bool // run is queued on the loop
 }
@@ -79,8 +79,8 @@ func (w *loopWriter) later(gc gnet.Conn, c *conn) bool {
 		}
 		w.queued = true
 	}
-	c.listed, c.gc = true, gc
-	w.q = append(w.q, c)
+	c.listed = true
+	w.q = append(w.q, gc)
 	return true
 }
 
@@ -89,12 +89,15 @@ func (w *loopWriter) writeOut() {
 	q := w.q
 	w.q, w.spare = w.spare[:0], nil
 	w.queued = false
-	for _, c := range q {
-		gc := c.gc
-		c.listed, c.gc = false, nil
+	for _, gc := range q {
 		// A connection that closed meanwhile is gone; one that became
 		// busy has its replies written when it is done (replied).
-		if gc.Context() != c || c.busy {
+		c, ok := gc.Context().(*conn)
+		if !ok {
+			continue
+		}
+		c.listed = false
+		if c.busy {
 			continue
 		}
 		if !w.s.flush(gc, c) {

@@ -678,10 +678,8 @@ func (ss *Session) RunAsync(done func()) bool {
 		ss.failClosed()
 		return false
 	}
-	// One count more than the batches, the session's own: whoever counts
-	// the last calls the callback, unless it is the session itself, which
-	// then knows that everything ran.
-	ss.sig.add(len(ss.touched) + 1)
+	// Whoever counts the last batch calls the callback, unless it is the
+	// session itself (sendCounted), which then knows that everything ran.
 	if ss.asyncCB == nil { // made once: a session allocates nothing once warm
 		ss.asyncCB = func() {
 			ss.st.leave()
@@ -690,8 +688,7 @@ func (ss *Session) RunAsync(done func()) bool {
 	}
 	ss.asyncDone = done
 	ss.sig.cb = ss.asyncCB
-	ss.send()
-	if ss.sig.n.Add(-1) == 0 {
+	if ss.sendCounted() {
 		ss.sig.cb = nil
 		st.leave()
 		ss.reset()
@@ -716,6 +713,16 @@ func (ss *Session) failClosed() {
 		}
 	}
 	ss.reset()
+}
+
+// sendCounted sends the batches (send) with one count more than them, the
+// session's own, and counts that one after: true when it was the last,
+// every batch having run here, so that nobody signalled and there is
+// nothing to wait for.
+func (ss *Session) sendCounted() bool {
+	ss.sig.add(len(ss.touched) + 1)
+	ss.send()
+	return ss.sig.n.Add(-1) == 0
 }
 
 // send hands each touched shard its batch: the other owners' through
@@ -760,12 +767,7 @@ func (ss *Session) runBatches() {
 		ss.failClosed()
 		return
 	}
-	// One count more than the batches, the session's own (as RunAsync's):
-	// when every batch ran here, the session counts the last and has no
-	// channel to wait on.
-	ss.sig.add(len(ss.touched) + 1)
-	ss.send()
-	if ss.sig.n.Add(-1) != 0 {
+	if !ss.sendCounted() {
 		ss.sig.wait(ss.home)
 	}
 	st.leave()
