@@ -140,6 +140,9 @@ func (s *Server) synced(gc gnet.Conn, c *conn) {
 	err := gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 		s.unhold(c)
 		if c.closed {
+			if !c.cl.SyncLost() {
+				s.lastWords(c, c.out.B)
+			}
 			c.cl.Close()
 			return nil
 		}
@@ -213,7 +216,17 @@ func (s *Server) finishRemote(gc gnet.Conn, c *conn) {
 	c.p.giveBack(c.pinnedArgs)
 	c.pinnedArgs = nil
 	if c.closed {
+		// The client shut its side down meanwhile: its replies go to the
+		// socket it kept, once synced as for any client (hangup.go).
+		if c.perr == nil && !c.out.Refs() && c.cl.AwaitSync(c.syncDone) {
+			return // synced writes them
+		}
+		c.cl.WaitSync()
 		s.unhold(c)
+		if c.perr != nil {
+			c.out.WriteError("ERR " + c.perr.Error())
+		}
+		s.lastWords(c, writeSegments(&c.out, nil)...)
 		c.cl.Close()
 		return
 	}

@@ -411,6 +411,10 @@ type conn struct {
 	// write-out (writer.go).
 	w      *loopWriter
 	listed bool
+	// kept, keptFD: a duplicate of the socket of a busy connection that
+	// the client shut down, for the replies still to come (hangup.go).
+	kept   bool
+	keptFD int
 }
 
 var errMaxClients = []byte("-ERR max number of clients reached\r\n")
@@ -459,7 +463,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 }
 
 // OnClose releases a connection.
-func (s *Server) OnClose(gc gnet.Conn, _ error) gnet.Action {
+func (s *Server) OnClose(gc gnet.Conn, err error) gnet.Action {
 	if _, ok := gc.Context().(ctlConn); ok {
 		return gnet.None
 	}
@@ -468,10 +472,18 @@ func (s *Server) OnClose(gc gnet.Conn, _ error) gnet.Action {
 		s.connsMu.Lock()
 		delete(s.conns, c)
 		s.connsMu.Unlock()
+		// A client that shut its side down still reads what it is owed
+		// (hangup.go).
 		if c.busy {
-			c.closed = true // detach's completion releases the client
+			c.closed = true // the busy pipeline's completion releases the client
+			if peerClosed(err) {
+				c.keepSocket(gc)
+			}
 			c.cl.HangUp()
 		} else {
+			if peerClosed(err) {
+				s.flush(gc, c) // replies waiting for the round's write-out
+			}
 			c.cl.Close()
 		}
 		gc.SetContext(nil)
@@ -978,10 +990,12 @@ func (s *Server) detach(gc gnet.Conn, c *conn, perr error) {
 		}
 		quit := over || perr != nil || c.cl.Closing()
 		n := out.Len()
-		err := gc.AsyncWritev(writeSegments(&out, nil), func(gc gnet.Conn, werr error) error {
+		segs := writeSegments(&out, nil)
+		err := gc.AsyncWritev(segs, func(gc gnet.Conn, werr error) error {
 			// On the event loop again.
 			c.busy = false
 			if c.closed {
+				s.lastWords(c, segs...)
 				c.cl.Close()
 				return nil
 			}

@@ -97,3 +97,48 @@ func TestRoundWriteOut(t *testing.T) {
 	require.Eventually(t, func() bool { return srv.waiting.Load() == 0 }, 5*time.Second, time.Millisecond,
 		"a round's write-out still counted as waiting")
 }
+
+// TestHalfCloseFlushes: a client that shuts its side down right after its
+// commands gets every reply, both those waiting for the round's write-out
+// and those of a pipeline running off the loop (EXEC), then the close
+// (hangup.go); many at once, so that the race detector sees the paths.
+func TestHalfCloseFlushes(t *testing.T) {
+	srv, _ := startTestServer(t, Config{}, slog.New(slog.DiscardHandler))
+	addr := srv.Addr().String()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for ci := 0; ci < 16; ci++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				req := cmdBytes("PING") + cmdBytes("ECHO", fmt.Sprint(ci, i))
+				want := "+PONG\r\n$" + fmt.Sprint(len(fmt.Sprint(ci, i))) + "\r\n" + fmt.Sprint(ci, i) + "\r\n"
+				if i%2 == 1 {
+					req += cmdBytes("MULTI") + cmdBytes("PING") + cmdBytes("EXEC")
+					want += "+OK\r\n+QUEUED\r\n*1\r\n+PONG\r\n"
+				}
+				nc, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, _ = io.WriteString(nc, req)
+				_ = nc.(*net.TCPConn).CloseWrite()
+				_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+				got, err := io.ReadAll(nc)
+				_ = nc.Close()
+				if err != nil || string(got) != want {
+					errs <- fmt.Errorf("client %d call %d: got %q (%v), want %q", ci, i, got, err, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.Equal(t, "+PONG\r\n", ping(addr))
+}

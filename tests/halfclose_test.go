@@ -1,0 +1,95 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestHalfCloseGetsReplies: a client that sends its commands and shuts its
+// side down at once (`printf 'PING\r\n' | nc -N`, health checks, scripts)
+// reads every reply before the connection closes, as from Redis, whatever
+// the replies wait for: the loop's round write-out, a pipeline running off
+// the loop (EXEC, KEYS), the disk (--fsync always) or another loop's
+// shards (--event-loops 2). Its decisions ran, so it must hear them.
+func TestHalfCloseGetsReplies(t *testing.T) {
+	t.Parallel()
+	layouts := [][]string{
+		{},
+		{"--in-memory"},
+		{"--fsync", "always"},
+		{"--event-loops", "2", "--shards", "4"},
+		{"--fsync", "always", "--event-loops", "2", "--shards", "4"},
+	}
+	for li, args := range layouts {
+		t.Run(fmt.Sprint(args), func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, append([]string{"--enable-debug-command", "yes"}, args...)...)
+			// One frozen clock, so that every reply is known.
+			require.Equal(t, "+OK\r\n", string(s.Raw(t).DoArgs("DEBUG", "CLOCK", "SET", "1700000000000000000")))
+			for i := 0; i < 20; i++ {
+				// Keys of several shards: on two loops some are the other's.
+				k := func(j int) string { return fmt.Sprintf("hc:%d:%d:%d", li, i, j) }
+				cases := []struct {
+					name string
+					req  []string
+					want []string
+				}{
+					{"ping", []string{"PING", "PING", "PING"}, []string{"+PONG", "+PONG", "+PONG"}},
+					{"throttle", []string{
+						"CL.THROTTLE " + k(0) + " 10 1 60", "CL.THROTTLE " + k(1) + " 10 1 60",
+						"CL.THROTTLE " + k(2) + " 10 1 60", "CL.THROTTLE " + k(0) + " 10 1 60",
+					}, []string{
+						"*5 :0 :11 :10 :-1 :60", "*5 :0 :11 :10 :-1 :60",
+						"*5 :0 :11 :10 :-1 :60", "*5 :0 :11 :9 :-1 :120",
+					}},
+					{"exec", []string{"MULTI", "CL.THROTTLE " + k(3) + " 10 1 60", "EXEC"},
+						[]string{"+OK", "+QUEUED", "*1 *5 :0 :11 :10 :-1 :60"}},
+					{"keys", []string{"CL.THROTTLE " + k(4) + " 10 1 60", "KEYS " + k(4)},
+						[]string{"*5 :0 :11 :10 :-1 :60", "*1 $" + fmt.Sprint(len(k(4))) + " " + k(4)}},
+				}
+				for _, tc := range cases {
+					got := halfClose(t, s.Addr, strings.Join(tc.req, "\r\n")+"\r\n")
+					require.Equal(t, tc.want, got, "round %d, %s", i, tc.name)
+				}
+			}
+			// The decisions the replies told of are the state.
+			c := s.Raw(t)
+			require.Equal(t, "*5\r\n:0\r\n:11\r\n:8\r\n:-1\r\n:180\r\n",
+				string(c.DoArgs("CL.THROTTLE", fmt.Sprintf("hc:%d:0:0", li), "10", "1", "60")))
+		})
+	}
+}
+
+// halfClose sends req, shuts the connection's sending side down, and
+// returns every reply until the server closes it, each flattened to one
+// line (its RESP lines joined by spaces, CRLFs dropped).
+func halfClose(t *testing.T, addr, req string) []string {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = io.WriteString(nc, req)
+	require.NoError(t, err)
+	require.NoError(t, nc.(*net.TCPConn).CloseWrite())
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+	r := bufio.NewReader(nc)
+	var got []string
+	for {
+		if _, err := r.Peek(1); err != nil {
+			require.ErrorIs(t, err, io.EOF, "the server must close the connection once it answered")
+			return got
+		}
+		var buf bytes.Buffer
+		require.NoError(t, readRESP(r, &buf))
+		got = append(got, strings.Join(strings.Fields(strings.ReplaceAll(buf.String(), "\r\n", " ")), " "))
+	}
+}
+
