@@ -237,6 +237,31 @@ func TestQuit(t *testing.T) {
 	assert.True(t, h.c.Closing())
 }
 
+// TestCrossProtocolScripting: a web page made to post to the port sends
+// "POST / HTTP/1.1" and "Host: ..." lines first; as Redis does, the first
+// such line ends the connection without a reply, and nothing after it
+// runs (here a FLUSHALL in the request's body), in or out of MULTI.
+func TestCrossProtocolScripting(t *testing.T) {
+	for _, name := range []string{"POST", "post", "Host:", "HOST:"} {
+		h := newHarness(t, Config{})
+		local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5556}
+		h.cmd("CL.THROTTLE", "victim", "10", "1", "60")
+		assert.Equal(t, "+PONG\r\n", h.do([]string{"PING"}, []string{name, "/", "HTTP/1.1"}, []string{"FLUSHALL"}), name)
+		assert.True(t, h.c.Closing(), name)
+		h.c = h.srv.NewClient(local, local)
+		assert.Equal(t, ":1\r\n", h.cmd("EXISTS", "victim"), name)
+
+		assert.Equal(t, "+OK\r\n+QUEUED\r\n", h.do([]string{"MULTI"}, []string{"FLUSHALL"}, []string{name}, []string{"EXEC"}), name)
+		assert.True(t, h.c.Closing(), name)
+		h.c = h.srv.NewClient(local, local)
+		assert.Equal(t, ":1\r\n", h.cmd("EXISTS", "victim"), name)
+	}
+	// Only the command's name counts: as an argument it is data.
+	h := newHarness(t, Config{})
+	assert.Equal(t, "$4\r\nPOST\r\n", h.cmd("ECHO", "POST"))
+	assert.False(t, h.c.Closing())
+}
+
 func TestPanicInCommandIsContained(t *testing.T) {
 	h := newHarness(t, Config{})
 	h.srv.table.add(&Command{Name: "boom", Arity: 1, Run: func(_ *Client, w *Out, _ [][]byte) {

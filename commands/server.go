@@ -105,6 +105,8 @@ type Server struct {
 	started  time.Time
 	runID    string // 40 random hex characters, new at every start (INFO run_id), as Redis
 	log      *slog.Logger
+	// xprotoLogged: Unix time of the last cross-protocol warning.
+	xprotoLogged atomic.Int64
 	// loopPools are each event loop's call pools, by its owner's ID.
 	loopPools []loopPools
 
@@ -579,6 +581,25 @@ func (s *Server) Slow(cmds [][][]byte) bool {
 	return false
 }
 
+// crossProtocol reports whether a command is named as an HTTP request's
+// first lines are: a web page made to post to this port (cross-protocol
+// scripting) sends "POST / HTTP/1.1" and "Host: ..." before its body, whose
+// lines a Redis-protocol server would run as commands.
+func crossProtocol(name []byte) bool {
+	return bytes.EqualFold(name, []byte("post")) || bytes.EqualFold(name, []byte("host:"))
+}
+
+// crossProtocolAttack does what Redis does on such a line
+// (securityWarningCommand): no reply, nothing after it runs, the
+// connection is closed, and a warning is logged at most once a minute.
+func (s *Server) crossProtocolAttack(c *Client) {
+	c.closing = true
+	now := time.Now().Unix()
+	if last := s.xprotoLogged.Load(); now-last > 60 && s.xprotoLogged.CompareAndSwap(last, now) {
+		s.log.Warn("Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to cellserver. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your cellserver instance. Connection aborted.", "addr", c.Addr)
+	}
+}
+
 // Exec runs one pipeline: the commands in cmds (each the full argv), with
 // replies appended to out in request order, in the client's protocol
 // (Exec sets out.Proto; a HELLO in the pipeline changes it for the replies
@@ -640,6 +661,10 @@ func (s *Server) Resume(c *Client, out *Out) {
 
 func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if len(args) == 0 {
+		return
+	}
+	if crossProtocol(args[0]) {
+		s.crossProtocolAttack(c)
 		return
 	}
 	c.skipCur, c.skipNext = c.skipNext, false

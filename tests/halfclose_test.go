@@ -93,3 +93,48 @@ func halfClose(t *testing.T, addr, req string) []string {
 	}
 }
 
+// TestCrossProtocolScriptingLikeRedis: what a browser sends when a web page
+// posts to the port ("POST / HTTP/1.1", headers, a body of commands), sent
+// to cellserver and to a real redis-server: both close the connection
+// without a word at the POST line, the body's FLUSHALL never runs, and the
+// attempt is logged. Also a half-closed client's pipeline against Redis:
+// the same replies from both.
+func TestCrossProtocolScriptingLikeRedis(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ref := startRedis(t)
+	body := "FLUSHALL\r\n"
+	post := "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: " +
+		fmt.Sprint(len(body)) + "\r\n\r\n" + body
+	for _, addr := range []string{s.Addr, ref.Addr} {
+		setup := "SET victim 1\r\n" // a key to lose: Redis's own kind
+		if addr == s.Addr {
+			setup = "CL.THROTTLE victim 10 1 60\r\n"
+		}
+		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		require.NoError(t, err)
+		_, err = io.WriteString(nc, setup)
+		require.NoError(t, err)
+		require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+		var buf bytes.Buffer
+		require.NoError(t, readRESP(bufio.NewReader(nc), &buf))
+		require.NotEqual(t, byte('-'), buf.Bytes()[0], "%s: %q", addr, buf.String())
+		nc.Close()
+
+		got := halfClose(t, addr, post)
+		require.Empty(t, got, "%s: no reply to an HTTP request", addr)
+		nc, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		require.NoError(t, err)
+		_, err = io.WriteString(nc, "EXISTS victim\r\n")
+		require.NoError(t, err)
+		require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+		line, err := bufio.NewReader(nc).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, ":1\r\n", line, "%s: the body's FLUSHALL must not run", addr)
+		nc.Close()
+	}
+	require.Contains(t, s.Output(), "Possible SECURITY ATTACK detected")
+
+	req := "PING\r\nECHO hello\r\nPING\r\n"
+	require.Equal(t, halfClose(t, ref.Addr, req), halfClose(t, s.Addr, req), "a half-closed client's replies")
+}
