@@ -216,6 +216,26 @@ func (c *Client) SyncLost() bool { return c.sess.SyncLost() }
 // synced.
 func (c *Client) WaitSync() { c.sess.WaitSync() }
 
+// SetQueryBuffer and SetOutputBuffer record the connection's buffered
+// unfinished request and unsent replies (CLIENT LIST's qbuf and omem). The
+// wire layer calls them as the sizes change; a store only when they do,
+// as most calls see the same (none).
+func (c *Client) SetQueryBuffer(n int) {
+	if int64(n) != c.qbuf.Load() {
+		c.qbuf.Store(int64(n))
+	}
+}
+
+// SetOutputBuffer: see SetQueryBuffer.
+func (c *Client) SetOutputBuffer(n int) {
+	if int64(n) != c.omem.Load() {
+		c.omem.Store(int64(n))
+	}
+}
+
+// OutputBuffer is the last size SetOutputBuffer recorded.
+func (c *Client) OutputBuffer() int64 { return c.omem.Load() }
+
 // SetKill sets how another connection's CLIENT KILL closes this one; the
 // wire layer sets it. It must be safe to call from any goroutine.
 func (c *Client) SetKill(f func()) {

@@ -426,6 +426,9 @@ func (c *Client) infoLine() string {
 		cmd = lc.Name
 	}
 	idle := (now.UnixNano() - c.lastUsed.Load()) / 1e9
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=%d psub=0 ssub=0 multi=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s",
-		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, c.flags(), c.nsubs.Load(), c.multiN.Load(), cmd, c.user(), c.trackingRedir(), c.Proto(), lib, ver)
+	// Sizes in bytes of what the wire layer buffers (tot-mem: both; Redis
+	// adds the client's fixed structures, which have no counterpart here).
+	qbuf, omem := c.qbuf.Load(), c.omem.Load()
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=%d psub=0 ssub=0 multi=%d qbuf=%d qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=%d tot-mem=%d events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s",
+		c.ID, c.Addr, c.LAddr, c.fd.Load(), name, int64(now.Sub(c.created).Seconds()), idle, c.flags(), c.nsubs.Load(), c.multiN.Load(), qbuf, omem, qbuf+omem, cmd, c.user(), c.trackingRedir(), c.Proto(), lib, ver)
 }

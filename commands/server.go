@@ -313,8 +313,12 @@ type Client struct {
 	created  time.Time
 	lastUsed atomic.Int64 // Unix ns of the last command
 	fd       atomic.Int64 // the socket's descriptor, for CLIENT LIST (-1: none known)
-	lastCmd  atomic.Pointer[Command]
-	closing  bool
+	// qbuf, omem: the connection's buffered unfinished request and unsent
+	// replies in bytes, as the wire layer last saw them (SetQueryBuffer,
+	// SetOutputBuffer), for CLIENT LIST and INFO.
+	qbuf, omem atomic.Int64
+	lastCmd    atomic.Pointer[Command]
+	closing    bool
 
 	mu      sync.Mutex
 	name    string

@@ -719,10 +719,12 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 	case "clients":
 		s.clientsMu.Lock()
 		n, tracking := len(s.clients), 0
+		var maxIn, maxOut int64 // Redis's are over the last few seconds; these are now's
 		for _, cl := range s.clients {
 			if cl.tracking() {
 				tracking++
 			}
+			maxIn, maxOut = max(maxIn, cl.qbuf.Load()), max(maxOut, cl.omem.Load())
 		}
 		s.clientsMu.Unlock()
 		b.WriteString("# Clients\r\n")
@@ -730,6 +732,8 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 		if v, ok := s.cfg.Params["maxclients"]; ok {
 			line("maxclients", v)
 		}
+		line("client_recent_max_input_buffer", maxIn)
+		line("client_recent_max_output_buffer", maxOut)
 		line("blocked_clients", 0)
 		line("tracking_clients", tracking)
 	case "memory":

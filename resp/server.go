@@ -552,11 +552,14 @@ func (s *Server) OnTraffic(gc gnet.Conn) (action gnet.Action) {
 		}
 		c.buf = s.keep(c, c.buf, data)
 		if c.busy {
+			c.cl.SetQueryBuffer(len(c.buf))
 			return gnet.None
 		}
 		data = c.buf
 	}
-	return s.consume(gc, c, data)
+	action = s.consume(gc, c, data)
+	c.cl.SetQueryBuffer(len(c.buf)) // what is left of an unfinished request
+	return action
 }
 
 // keep appends data to buf. When the unfinished request at buf's start has
@@ -851,6 +854,7 @@ func (s *Server) replyRoom(gc gnet.Conn) int {
 func (s *Server) outputOK(gc gnet.Conn, c *conn) bool {
 	waiting := int64(gc.OutboundBuffered())
 	c.peak = max(c.peak, int(waiting))
+	c.cl.SetOutputBuffer(int(waiting))
 	if s.cfg.OutputHard > 0 && waiting > s.cfg.OutputHard {
 		s.overOutput(c, waiting)
 		return false
@@ -887,7 +891,8 @@ const clockTick = 100 * time.Millisecond
 // sweeper is Redis's clientsCron for what needs a clock: it keeps the
 // coarse clock, closes clients idle past IdleTimeout, and those whose
 // replies stayed above the soft output limit even though they stopped
-// sending. It looks at atomics only; a candidate is checked again, and
+// sending; once a second it also refreshes the unsent-reply size CLIENT
+// LIST shows. It looks at atomics only; a candidate is checked again, and
 // closed, on its own event loop.
 func (s *Server) sweeper() {
 	tk := time.NewTicker(clockTick)
@@ -901,14 +906,17 @@ func (s *Server) sweeper() {
 		case t := <-tk.C:
 			s.now.Store(t.UnixMilli())
 		}
-		if round++; round%10 != 0 || (s.cfg.IdleTimeout <= 0 && s.cfg.OutputSoft <= 0) {
+		if round++; round%10 != 0 {
 			continue
 		}
 		now := s.now.Load()
 		cands = cands[:0]
 		s.connsMu.Lock()
 		for c, gc := range s.conns {
-			if s.idle(c, now) || c.softSince.Load() != 0 {
+			// Also every connection last seen with unsent replies: the loop
+			// sends them without telling, and CLIENT LIST's omem is
+			// refreshed here, within a second.
+			if s.idle(c, now) || c.softSince.Load() != 0 || c.cl.OutputBuffer() != 0 {
 				cands = append(cands, gc)
 			}
 		}
@@ -929,13 +937,14 @@ func (s *Server) idle(c *conn, now int64) bool {
 	return s.cfg.IdleTimeout > 0 && time.Duration(now-c.lastIO.Load())*time.Millisecond > s.cfg.IdleTimeout+clockTick
 }
 
-// recheck closes gc if it is still idle or over its soft output limit; on
-// gc's event loop.
+// recheck records gc's unsent replies and closes gc if it is still idle or
+// over its soft output limit; on gc's event loop.
 func (s *Server) recheck(gc gnet.Conn) {
 	c, ok := gc.Context().(*conn)
 	if !ok || c.busy {
 		return // closed meanwhile, or waiting for a command it sent
 	}
+	c.cl.SetOutputBuffer(gc.OutboundBuffered())
 	if s.idle(c, s.now.Load()) && gc.OutboundBuffered() > 0 {
 		// Still taking its replies: that is activity (Redis counts writes).
 		c.lastIO.Store(s.now.Load())

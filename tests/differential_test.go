@@ -86,8 +86,9 @@ var diffAllowList = map[string]allowEntry{
 	"info-fields": {"shape", "INFO: Redis has many fields cellserver has no use for (RDB/AOF, replication offsets, allocator, " +
 		"lazyfree, tracking...) and sections it has no content for (# Modules, # Latencystats); every field cellserver " +
 		"sends must exist in Redis's same section, in Redis's order, unless cellserver-only (infoCellOnly)"},
-	"client-fields": {"shape", "CLIENT LIST/INFO: fd is the socket's descriptor in each process, qbuf/qbuf-free/argv-mem/rbs/rbp/" +
-		"obl/oll/omem/tot-mem are 0 (cellserver does not account per-client buffers this way), age/idle are clocks; " +
+	"client-fields": {"shape", "CLIENT LIST/INFO: fd is the socket's descriptor in each process, qbuf/omem/tot-mem are the " +
+		"bytes buffered (unfinished request, unsent replies, both; Redis's tot-mem adds its fixed structures), " +
+		"qbuf-free/argv-mem/rbs/rbp/obl/oll are 0 (cellserver does not account per-client buffers this way), age/idle are clocks; " +
 		"field names and order, name, flags, db, sub, psub, ssub, multi, events, cmd, user, redir, resp are compared"},
 	"config-subset": {"shape", "CONFIG GET with a glob: cellserver knows only the parameters it reports (configParams), a " +
 		"subset of Redis's; their values must equal Redis's, and Redis's reply order is its dict's"},

@@ -138,3 +138,78 @@ func TestCrossProtocolScriptingLikeRedis(t *testing.T) {
 	req := "PING\r\nECHO hello\r\nPING\r\n"
 	require.Equal(t, halfClose(t, ref.Addr, req), halfClose(t, s.Addr, req), "a half-closed client's replies")
 }
+
+// TestClientListBuffers: CLIENT LIST shows a connection's buffered
+// unfinished request (qbuf) and unsent replies (omem, tot-mem), as Redis's
+// does, so that an operator finds the client holding memory; INFO's
+// client_recent_max_*_buffer are the largest; omem falls back to 0 within
+// about a second once the client has read its replies.
+func TestClientListBuffers(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--in-memory")
+	// A client that asks for 32 MiB of replies and does not read them.
+	slow, err := net.DialTimeout("tcp", s.Addr, 5*time.Second)
+	require.NoError(t, err)
+	defer slow.Close()
+	big := strings.Repeat("x", 1<<20)
+	var req strings.Builder
+	for range 32 {
+		req.WriteString("*2\r\n$4\r\nECHO\r\n$1048576\r\n" + big + "\r\n")
+	}
+	go func() { _, _ = io.WriteString(slow, req.String()) }()
+	// A client half way through a 16 MiB argument.
+	part, err := net.DialTimeout("tcp", s.Addr, 5*time.Second)
+	require.NoError(t, err)
+	defer part.Close()
+	_, err = io.WriteString(part, "*2\r\n$4\r\nECHO\r\n$16777216\r\n"+strings.Repeat("y", 8<<20))
+	require.NoError(t, err)
+
+	admin := s.Raw(t)
+	field := func(line, name string) int64 {
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, name+"="); ok {
+				var n int64
+				_, err := fmt.Sscan(v, &n)
+				require.NoError(t, err, f)
+				return n
+			}
+		}
+		t.Fatalf("no %s in %q", name, line)
+		return 0
+	}
+	var maxQ, maxO int64
+	require.Eventually(t, func() bool {
+		reply := string(admin.DoArgs("CLIENT", "LIST"))
+		maxQ, maxO = 0, 0
+		for _, line := range strings.Split(reply, "\n") {
+			if !strings.Contains(line, "id=") {
+				continue
+			}
+			q, o := field(line, "qbuf"), field(line, "omem")
+			require.Equal(t, q+o, field(line, "tot-mem"), line)
+			maxQ, maxO = max(maxQ, q), max(maxO, o)
+		}
+		return maxQ >= 8<<20 && maxO >= 4<<20
+	}, 10*time.Second, 50*time.Millisecond, "qbuf %d, omem %d", maxQ, maxO)
+	info := string(admin.DoArgs("INFO", "clients"))
+	require.Contains(t, info, "client_recent_max_input_buffer:")
+	require.Regexp(t, `client_recent_max_output_buffer:[1-9]\d{6,}`, info)
+
+	// Read every reply: omem goes back to 0 without the client sending more.
+	require.NoError(t, slow.SetReadDeadline(time.Now().Add(30*time.Second)))
+	r := bufio.NewReaderSize(slow, 1<<20)
+	for range 32 {
+		var b bytes.Buffer
+		require.NoError(t, readRESP(r, &b))
+		require.Equal(t, 1<<20+len("$1048576\r\n\r\n"), b.Len())
+	}
+	require.Eventually(t, func() bool {
+		reply := string(admin.DoArgs("CLIENT", "LIST"))
+		for _, line := range strings.Split(reply, "\n") {
+			if strings.Contains(line, "id=") && field(line, "omem") != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 100*time.Millisecond, "omem must fall to 0 once the replies are read")
+}
