@@ -667,14 +667,16 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 	if len(args) == 0 {
 		return
 	}
-	if crossProtocol(args[0]) {
-		s.crossProtocolAttack(c)
-		return
-	}
 	c.skipCur, c.skipNext = c.skipNext, false
 	cmd := c.lastLook
 	if cmd == nil || !bytes.Equal(args[0], c.lastName) {
 		if cmd = s.table.Lookup(args[0]); cmd == nil {
+			// Not in the table, so checked only here, off the path of
+			// known commands.
+			if crossProtocol(args[0]) {
+				s.crossProtocolAttack(c)
+				return
+			}
 			if c.asking || c.sess.Asking() {
 				c.consumeAsking(nil)
 			}

@@ -35,6 +35,17 @@ func (c *conn) keepSocket(gc gnet.Conn) {
 	}
 }
 
+// hungUp ends the busy wait of a connection the client shut down: its
+// replies (and perr's, the protocol error that followed them) go to the
+// socket it kept, and the client is released; on its loop.
+func (s *Server) hungUp(c *conn, perr error) {
+	if perr != nil {
+		c.out.WriteError("ERR " + perr.Error())
+	}
+	s.lastWords(c, writeSegments(&c.out, nil)...)
+	c.cl.Close()
+}
+
 // lastWords writes bufs to the socket a closed connection kept
 // (keepSocket), as much of them as the socket takes now, and closes it. A
 // client that no longer reads loses the rest, as it would at any close.

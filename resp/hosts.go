@@ -139,15 +139,16 @@ func (s *Server) closeAll(ctx context.Context) {
 func (s *Server) synced(gc gnet.Conn, c *conn) {
 	err := gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 		s.unhold(c)
+		lost := c.cl.SyncLost()
+		if lost {
+			c.out.Reset(0) // not on disk: no acknowledgement
+		}
 		if c.closed {
-			if !c.cl.SyncLost() {
-				s.lastWords(c, c.out.B)
-			}
-			c.cl.Close()
+			s.hungUp(c, nil)
 			return nil
 		}
-		if c.cl.SyncLost() {
-			return gc.Close() // not on disk: no acknowledgement
+		if lost {
+			return gc.Close()
 		}
 		if s.replied(gc, c, nil) == gnet.Close {
 			return gc.Close()
@@ -215,22 +216,9 @@ func (s *Server) finishRemote(gc gnet.Conn, c *conn) {
 	c.pinned = nil
 	c.p.giveBack(c.pinnedArgs)
 	c.pinnedArgs = nil
-	if c.closed {
-		// The client shut its side down meanwhile: its replies go to the
-		// socket it kept, once synced as for any client (hangup.go).
-		if c.perr == nil && !c.out.Refs() && c.cl.AwaitSync(c.syncDone) {
-			return // synced writes them
-		}
-		c.cl.WaitSync()
-		s.unhold(c)
-		if c.perr != nil {
-			c.out.WriteError("ERR " + c.perr.Error())
-		}
-		s.lastWords(c, writeSegments(&c.out, nil)...)
-		c.cl.Close()
-		return
-	}
-	if c.room > 0 && c.out.Len() > c.room {
+	// A connection the client shut down meanwhile (closed) has its replies
+	// go to the socket it kept, once synced as any client's (hangup.go).
+	if !c.closed && c.room > 0 && c.out.Len() > c.room {
 		s.overOutput(c, int64(c.out.Len())+int64(gc.OutboundBuffered()))
 		c.out.Reset(0)
 		action = gnet.Close
@@ -243,6 +231,10 @@ func (s *Server) finishRemote(gc gnet.Conn, c *conn) {
 	}
 	c.cl.WaitSync()
 	s.unhold(c)
+	if c.closed {
+		s.hungUp(c, perr)
+		return
+	}
 	action = s.replied(gc, c, perr)
 }
 
