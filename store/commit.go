@@ -71,11 +71,16 @@ type persister struct {
 	lastCount   uint64 // committer only
 	loadedCount uint64 // the count the log replayed to
 	synced      atomic.Uint64
-	markWritten uint64 // the mark's value on disk (mark writer only)
-	markFailed  bool
-	markPoke    chan struct{}
-	markQuit    chan struct{}
-	markDone    chan struct{}
+	// The mark: written by the committer after each sync (nil until it
+	// could be created; tried again at most once per markEvery), synced by
+	// the mark loop at most once per markEvery.
+	mark       atomic.Pointer[markWriter]
+	markTried  time.Time // committer only
+	markFailed bool      // committer only
+	syncFailed bool      // mark loop only
+	markPoke   chan struct{}
+	markQuit   chan struct{}
+	markDone   chan struct{}
 
 	// Snapshot rounds, touched by the committer only.
 	logged   int64    // log bytes written since the last round started
@@ -735,6 +740,7 @@ func (p *persister) sync() bool {
 	}
 	p.lastFsync.Store(time.Now().UnixNano())
 	p.synced.Store(p.recs)
+	p.setMark(p.recs)
 	select {
 	case p.markPoke <- struct{}{}:
 	default:
@@ -898,11 +904,11 @@ func (p *persister) ok() {
 	p.log.Info("persistence: writes succeed again", "failed_attempts", p.failCount, "after", time.Since(p.failStart).Round(time.Millisecond).String())
 }
 
-// markEvery is how often at most the mark is written (tests lower it).
+// markEvery is how often at most the mark is synced (tests lower it).
 var markEvery = time.Second
 
-// markLoop writes the synced record count to the mark file after syncs, at
-// most once per markEvery, until close.
+// markLoop syncs the mark after the committer wrote it, at most once per
+// markEvery, until close.
 func (p *persister) markLoop() {
 	defer close(p.markDone)
 	for {
@@ -911,7 +917,7 @@ func (p *persister) markLoop() {
 		case <-p.markQuit:
 			return
 		}
-		p.writeMark()
+		p.syncMark()
 		select {
 		case <-time.After(markEvery):
 		case <-p.markQuit:
@@ -920,31 +926,66 @@ func (p *persister) markLoop() {
 	}
 }
 
-// startMarks starts the mark writer, the mark on disk saying written.
-func (p *persister) startMarks(written uint64) {
-	p.markWritten = written
+// startMarks writes the mark anew, saying n (every record the log replayed
+// is durable once the dir is open for writing), and starts the mark loop.
+func (p *persister) startMarks(n uint64) {
 	p.markPoke = make(chan struct{}, 1)
 	p.markQuit = make(chan struct{})
 	p.markDone = make(chan struct{})
+	p.setMark(n)
 	go p.markLoop()
 }
 
-// writeMark writes the synced count if it moved; a failure is logged once
-// per run of failures (the mark only lags: a restart then checks less).
-func (p *persister) writeMark() {
-	n := p.synced.Load()
-	if n == p.markWritten || p.dd == nil {
+// setMark writes the synced count n to the mark, in place and not synced,
+// so that a restart after a process crash checks the log against exactly
+// what was synced (see open.go). It runs on the committer after a sync and
+// before the replies that waited for it are released. A failure is logged
+// once per run of failures: the mark only lags, and a restart checks less.
+func (p *persister) setMark(n uint64) {
+	if p.dd == nil {
 		return
 	}
-	if err := writeMark(p.dd.fs, p.dd.dir, n); err != nil {
+	m := p.mark.Load()
+	var err error
+	switch {
+	case m != nil:
+		err = m.set(n)
+	case time.Since(p.markTried) < markEvery:
+		return
+	default:
+		p.markTried = time.Now()
+		if m, err = createMark(p.dd.fs, p.dd.dir, n); err == nil {
+			p.mark.Store(m)
+		}
+	}
+	if err != nil {
 		if !p.markFailed {
 			p.log.Error("persistence: cannot write "+markFile+"; a restart will check the log against an older count", "err", oneLine(err.Error()))
 		}
 		p.markFailed = true
 		return
 	}
+	if p.markFailed {
+		p.log.Info("persistence: " + markFile + " written again")
+	}
 	p.markFailed = false
-	p.markWritten = n
+}
+
+// syncMark syncs what setMark wrote, so that it also survives a power loss;
+// a failure is logged once per run of failures.
+func (p *persister) syncMark() {
+	m := p.mark.Load()
+	if m == nil {
+		return
+	}
+	if err := m.sync(); err != nil {
+		if !p.syncFailed {
+			p.log.Error("persistence: cannot sync "+markFile+"; after a power loss a restart will check the log against an older count", "err", oneLine(err.Error()))
+		}
+		p.syncFailed = true
+		return
+	}
+	p.syncFailed = false
 }
 
 // close commits and syncs everything still queued, writes the mark (now
@@ -965,8 +1006,12 @@ func (p *persister) close() error {
 				p.synced.Store(p.recs)
 			}
 		}
-		p.writeMark()
+		p.setMark(p.synced.Load())
+		p.syncMark()
 		err = guardAll(db.Close)
+	}
+	if m := p.mark.Load(); m != nil {
+		_ = m.close()
 	}
 	if p.dd != nil {
 		p.dd.close()

@@ -225,6 +225,57 @@ func TestMarkRoundTrip(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// TestMarkSlots: the mark is written in place, alternating between two
+// slots; the larger valid count wins, so a write torn in one slot leaves
+// the count before it, and only a mark with no valid slot is damaged. A
+// one-line mark (what a reset writes) is read as one slot.
+func TestMarkSlots(t *testing.T) {
+	fs := vfs.NewMem()
+	require.NoError(t, fs.MkdirAll("d", 0o755))
+	read := func() (uint64, error) {
+		n, ok, err := readMark(fs, "d")
+		if err == nil {
+			require.True(t, ok)
+		}
+		return n, err
+	}
+	m, err := createMark(fs, "d", 5)
+	require.NoError(t, err)
+	n, err := read()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(5), n, "the reset's one line")
+	require.NoError(t, m.set(7))
+	require.NoError(t, m.set(9))
+	n, err = read()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(9), n)
+
+	damage := func(slot int64) {
+		f, err := fs.OpenReadWrite("d/"+markFile, vfs.WriteCategoryUnspecified)
+		require.NoError(t, err)
+		_, err = f.WriteAt([]byte("torn"), slot*markSlotStride+10)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+	}
+	damage(0) // 9 was written to slot 0, 7 to slot 1
+	n, err = read()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(7), n, "a torn slot leaves the other's count")
+	require.NoError(t, m.set(11)) // slot 0 again
+	n, err = read()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(11), n)
+	damage(0)
+	damage(1)
+	_, err = read()
+	assert.ErrorIs(t, err, errMarkDamaged)
+	require.NoError(t, m.close())
+
+	_, ok, err := readMark(fs, "none")
+	require.NoError(t, err)
+	assert.False(t, ok, "no mark")
+}
+
 // noTablesFS fails the creation of every table, so that no flush succeeds
 // and the WALs a flush would retire stay in the dir.
 type noTablesFS struct{ vfs.FS }
@@ -298,4 +349,37 @@ func walRecords(t *testing.T, dir string) uint64 {
 		}))
 	}
 	return n
+}
+
+// BenchmarkMarkSet is the cost the mark adds to each group commit (one
+// write in place, not synced) beside the sync it follows (SyncData of a
+// WAL-sized append), on the file system of the test's temporary dir:
+//
+//	go test -run '^$' -bench BenchmarkMarkSet ./store
+func BenchmarkMarkSet(b *testing.B) {
+	dir := b.TempDir()
+	b.Run("set", func(b *testing.B) {
+		m, err := createMark(vfs.Default, dir, 1)
+		require.NoError(b, err)
+		defer m.close()
+		for i := 0; b.Loop(); i++ {
+			if err := m.set(uint64(i) + 2); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sync", func(b *testing.B) {
+		f, err := vfs.Default.Create(filepath.Join(dir, "wal"), vfs.WriteCategoryUnspecified)
+		require.NoError(b, err)
+		defer f.Close()
+		buf := make([]byte, 1024)
+		for b.Loop() {
+			if _, err := f.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			if err := f.SyncData(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -26,25 +27,38 @@ import (
 // is another matter: to Pebble, a WAL that stops making sense is a torn
 // tail, the end of a log that a crash cut short, and it replays what comes
 // before and drops the rest without a word. (Its WAL sync offsets, meant to
-// tell the two apart, undercount in this version: the chunks after a flipped
-// byte rarely prove it.) So cellserver counts for itself. Every commit
-// carries the number of log records committed so far (a 'c' record), and
-// after each sync the committer writes that number, now durable, to the
-// file cellserver.mark beside Pebble's. A crash, kill -9 or power loss, can
-// only lose what had not been synced, which the mark never counts: so a log
-// that replays to fewer records than the mark lost records that had reached
-// the disk, and was damaged after. That is refused; a torn tail (fewer
-// records than were committed, never fewer than the mark) is a legitimate
-// loss of the last unsynced changes and is not.
+// tell the two apart, undercount in this version, and the last commit's
+// offset is only ever carried by the chunks after it: the chunks after a
+// flipped byte near the end never prove it.) So cellserver counts for
+// itself. Every commit carries the number of log records committed so far
+// (a 'c' record), and after each sync, before any reply that waited for the
+// sync is sent, the committer writes that number, now durable, to the file
+// cellserver.mark beside Pebble's. A crash, kill -9 or power loss, can only
+// lose what had not been synced, which the mark never counts: so a log that
+// replays to fewer records than the mark lost records that had reached the
+// disk, and was damaged after. That is refused; a torn tail (fewer records
+// than were committed, never fewer than the mark) is a legitimate loss of
+// the last unsynced changes and is not.
 //
 // (The records' own sequence numbers cannot tell: a shard numbers a record
 // when it builds it and the shards' records reach the committer in any
 // order, so the numbers on disk have gaps at any time, and after a batch
 // dropped for a resync they keep them for good.)
 //
-// The mark is written at most once a second (and at Close, exactly), so a
-// WAL cut within its last second's records after a crash still passes as a
-// torn tail; after a clean shutdown any loss is caught.
+// The mark is written in place after every sync without a sync of its own
+// (one pwrite: an fsync of the mark per group commit would double the
+// cost of --fsync always), and synced at most once a second and at Close.
+// After a process crash (kill -9, a panic, the OOM killer) the kernel still
+// has the write, so the mark is exact and any damage to a synced record is
+// refused. After an OS crash or power loss the mark on disk can lag by the
+// last second's syncs, so a WAL damaged in that second's records as well
+// passes as a torn tail, unless Pebble's sync offsets prove it.
+//
+// The file holds two slots, each a checksummed line, 4 KiB apart so that a
+// write torn by a power loss damages one slot at most; writes alternate
+// between them and the larger valid count wins (within one file the count
+// only grows: a reset replaces the whole file). A file of one line, as a
+// reset writes it, is a mark with one slot.
 const (
 	markFile    = "cellserver.mark"
 	ballastFile = "cellserver.ballast"
@@ -76,8 +90,17 @@ func decodeMark(b []byte) (uint64, error) {
 // errMarkDamaged marks a mark file that cannot be decoded.
 var errMarkDamaged = errors.New(markFile + " is damaged")
 
-// readMark returns the mark's synced record count; ok is false if there is
-// no mark (a dir written before marks existed, or one never synced).
+// The mark's slots: where each begins, and the bytes each write covers (a
+// line and zeros after it, so that a longer line never leaves a shorter
+// one's end behind).
+const (
+	markSlotStride = 4096
+	markSlotBytes  = 128
+)
+
+// readMark returns the mark's synced record count, the larger of its valid
+// slots; ok is false if there is no mark (a dir written before marks
+// existed, or one never synced). A mark with no valid slot is damaged.
 func readMark(fs vfs.FS, dir string) (n uint64, ok bool, err error) {
 	f, err := fs.Open(fs.PathJoin(dir, markFile))
 	if err != nil {
@@ -87,18 +110,76 @@ func readMark(fs vfs.FS, dir string) (n uint64, ok bool, err error) {
 		return 0, false, fmt.Errorf("store: data dir %s: cannot read %s: %w", dir, markFile, err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 256))
+	b, err := io.ReadAll(io.LimitReader(f, 2*markSlotStride))
 	if err != nil {
 		return 0, false, fmt.Errorf("store: data dir %s: cannot read %s: %w", dir, markFile, err)
 	}
-	if n, err = decodeMark(b); err != nil {
-		return 0, false, fmt.Errorf("store: data dir %s is corrupt: %w (%v)", dir, errMarkDamaged, err)
+	var firstErr error
+	for off := 0; off < len(b); off += markSlotStride {
+		slot := bytes.TrimRight(b[off:min(off+markSlotStride, len(b))], "\x00")
+		v, err := decodeMark(slot)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		n, ok = max(n, v), true
+	}
+	if !ok {
+		if firstErr == nil {
+			firstErr = errors.New("empty")
+		}
+		return 0, false, fmt.Errorf("store: data dir %s is corrupt: %w (%v)", dir, errMarkDamaged, firstErr)
 	}
 	return n, true, nil
 }
 
-// writeMark replaces the mark atomically (a synced temporary file renamed
-// over it, then the directory synced).
+// markWriter keeps cellserver.mark open to write the synced count in
+// place, alternating between its slots. Its methods are called by one
+// goroutine at a time (the committer; Close once the committer stopped),
+// except sync, which may run beside set.
+type markWriter struct {
+	f    vfs.File
+	slot int64  // the slot the next write goes to
+	n    uint64 // the count last written
+}
+
+// createMark replaces the mark with one saying n (see writeMark) and opens
+// it for in-place writes; the reset's line is slot 0, so writes start at 1.
+func createMark(fs vfs.FS, dir string, n uint64) (*markWriter, error) {
+	if err := writeMark(fs, dir, n); err != nil {
+		return nil, err
+	}
+	f, err := fs.OpenReadWrite(fs.PathJoin(dir, markFile), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
+	}
+	return &markWriter{f: f, slot: 1, n: n}, nil
+}
+
+// set writes n to the next slot, not synced. A failed write leaves the
+// slot to be written again next time, so the other one keeps the last good
+// count whatever the failed write left behind.
+func (m *markWriter) set(n uint64) error {
+	if n == m.n {
+		return nil
+	}
+	var buf [markSlotBytes]byte
+	copy(buf[:], encodeMark(n))
+	if _, err := m.f.WriteAt(buf[:], m.slot*markSlotStride); err != nil {
+		return err
+	}
+	m.slot ^= 1
+	m.n = n
+	return nil
+}
+
+func (m *markWriter) sync() error  { return m.f.SyncData() }
+func (m *markWriter) close() error { return m.f.Close() }
+
+// writeMark replaces the mark atomically with one saying n (a synced
+// temporary file renamed over it, then the directory synced).
 func writeMark(fs vfs.FS, dir string, n uint64) error {
 	tmp := fs.PathJoin(dir, markFile+".tmp")
 	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)

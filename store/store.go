@@ -287,11 +287,7 @@ func (s *Store) load() error {
 	p.recs = committed
 	p.synced.Store(committed)
 	p.corruptLost.Store(dd.lost)
-	written := dd.mark // what the mark on disk says
-	if dd.lost > 0 || !dd.hasMark {
-		written = committed
-	}
-	p.startMarks(written)
+	p.startMarks(committed)
 	dd.events.serving.Store(true)
 	for _, sh := range s.shards {
 		sh.publish()
