@@ -64,6 +64,20 @@ type clientCtl struct {
 	end    time.Time
 	all    bool          // ALL: every command waits; else only writes
 	done   chan struct{} // closed when the pause ends by CLIENT UNPAUSE
+	over   bool          // the server is shutting down: no pause holds any more
+}
+
+// EndPauses ends any CLIENT PAUSE for good, as the server begins to shut
+// down: the commands it holds run and are answered before their
+// connections close (a pause can last hours, and a shutdown must neither
+// wait for it nor drop commands it accepted), and a later CLIENT PAUSE
+// holds nothing. Safe from any goroutine.
+func (s *Server) EndPauses() {
+	p := &s.ctl
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.over = true
+	p.endLocked()
 }
 
 // pauseState returns the pause in force: its end, mode and the channel
@@ -71,7 +85,7 @@ type clientCtl struct {
 func (p *clientCtl) pauseState(now time.Time) (end time.Time, all bool, done chan struct{}, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done == nil {
+	if p.done == nil || p.over {
 		return
 	}
 	if !now.Before(p.end) {
@@ -272,6 +286,11 @@ func clientPause(c *Client, w *Out, args [][]byte) {
 	p := &c.srv.ctl
 	end := time.Now().Add(time.Duration(min(ms, int64(1<<62)/int64(time.Millisecond))) * time.Millisecond)
 	p.mu.Lock()
+	if p.over {
+		p.mu.Unlock()
+		w.WriteOK()
+		return
+	}
 	// As Redis's pauseActions: the new mode, and the later of the ends.
 	p.all = all
 	if p.done == nil {

@@ -228,14 +228,30 @@ func main() {
 		fmt.Fprintln(os.Stderr, "cellserver:", err)
 		os.Exit(2)
 	}
-	if err := run(cfg); err != nil {
+	// Signals are taken from here on, before the data dir loads and the
+	// port opens: a stop at any moment is a clean one (the state written
+	// out, exit status 0), and SIGHUP, which a closed terminal, logrotate
+	// or systemctl reload sends, does not end the server, as in Redis.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			slog.Info("SIGHUP received: ignored (there is no log file to reopen)")
+		}
+	}()
+	if err := run(cfg, stop); err != nil {
 		slog.Error("cellserver stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(cfg Config) error {
+// run serves cfg until a signal arrives on stop (or serving fails). A stop
+// that arrives before the port opens ends the start cleanly there.
+func run(cfg Config, stop <-chan os.Signal) error {
 	log := slog.Default()
+	log.Info("cellserver starting", "version", commands.Version, "pid", os.Getpid())
 	if cfg.Threads > 0 {
 		runtime.GOMAXPROCS(cfg.Threads) // before the event loops are counted
 	}
@@ -286,6 +302,20 @@ func run(cfg Config) error {
 			log.Info("bye")
 		}
 	}()
+	// stopped reports a stop that arrived while starting.
+	stopped := func() bool {
+		select {
+		case s := <-stop:
+			log.Info("shutting down before serving", "signal", s.String())
+			signalled = true
+			return true
+		default:
+			return false
+		}
+	}
+	if stopped() {
+		return nil
+	}
 	host, port, _ := cluster.ParseAddr(cfg.ClusterAnnounce)
 	cc := commands.ClusterConfig{Mode: cfg.ClusterMode, Host: host, Port: port}
 	if !cfg.InMemory {
@@ -336,6 +366,9 @@ func run(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if stopped() {
+		return nil
+	}
 	if err := srv.Listen(); err != nil {
 		return err
 	}
@@ -354,14 +387,12 @@ func run(cfg Config) error {
 		}()
 	}
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 	select {
 	case err := <-served:
 		return fmt.Errorf("serving stopped: %w", err)
-	case s := <-sig:
+	case s := <-stop:
 		log.Info("shutting down", "signal", s.String())
 		signalled = true
 	}
@@ -373,6 +404,7 @@ func run(cfg Config) error {
 		defer close(gateways)
 		stopGateways()
 	}()
+	exec.EndPauses()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
