@@ -131,6 +131,11 @@ func TestAuthDelay(t *testing.T) {
 	assert.Equal(t, []time.Duration{4 * ms}, h.slept)
 	assert.Equal(t, "+OK\r\n", h.cmd("AUTH", "pw"))
 	assert.Equal(t, "13", h.infoField("acl_access_denied_auth"))
+	// The default user cannot wipe the counts that show a password attack
+	// (CONFIG RESETSTAT is an admin command, as in Redis).
+	assert.Equal(t, "-NOPERM User default has no permissions to run the 'config|resetstat' command\r\n", h.cmd("CONFIG", "RESETSTAT"))
+	assert.Equal(t, "13", h.infoField("acl_access_denied_auth"))
+	assert.Equal(t, "+OK\r\n", h.cmd("AUTH", "admin", "adm"))
 	assert.Equal(t, "+OK\r\n", h.cmd("CONFIG", "RESETSTAT"))
 	assert.Equal(t, "0", h.infoField("acl_access_denied_auth"))
 

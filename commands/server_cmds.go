@@ -36,7 +36,7 @@ func registerServer(t Table) {
 			Subcommands: []*Command{
 				{Name: "config|get", Arity: -3, Flags: []string{"loading", "stale"}, Run: configGet, Summary: "Returns the effective values of configuration parameters.", Since: "2.0.0"},
 				{Name: "config|set", Arity: -4, Flags: []string{"admin", "noscript", "loading", "stale"}, Run: configSet, Summary: "Sets configuration parameters in-flight.", Since: "2.0.0"},
-				{Name: "config|resetstat", Arity: 2, Flags: []string{"loading", "stale"}, Run: configResetStat, Summary: "Resets the server's statistics.", Since: "2.0.0"},
+				{Name: "config|resetstat", Arity: 2, Flags: []string{"admin", "noscript", "loading", "stale"}, Run: configResetStat, Summary: "Resets the server's statistics.", Since: "2.0.0"},
 				{Name: "config|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: configHelp, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
 			}},
 		&Command{Name: "time", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "server",
