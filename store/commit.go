@@ -519,7 +519,7 @@ func (p *persister) commit(todo []logBatch) bool {
 		p.lastCount = seq
 		p.commits.Add(1)
 		p.changes.Add(lb.count)
-		p.logged += int64(lb.b.Len())
+		p.logged += int64(n) // not lb.b.Len(): Pebble empties a large batch it applied
 		if lb.sh != nil {
 			lb.sh.recycle(lb.b, db)
 		} else {

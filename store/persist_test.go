@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/limit"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -440,7 +441,7 @@ func TestSlowDiskDoesNotStallShard(t *testing.T) {
 }
 
 // TestRecordsStaySmall: a write-out of many keys, or of many deletions, is
-// split into records of at most writeChunk keys or about delsRecord bytes:
+// split into records of at most writeChunk keys or about recordBytes bytes:
 // before a damaged table block fails, Pebble checksums the whole block
 // again for each of up to 320k single flipped bits.
 func TestRecordsStaySmall(t *testing.T) {
@@ -474,9 +475,74 @@ func TestRecordsStaySmall(t *testing.T) {
 		for r.next() {
 			n++
 		}
-		assert.LessOrEqual(t, n, max(writeChunk, delsRecord/20), "entries in one record")
+		assert.LessOrEqual(t, n, max(writeChunk, recordBytes/20), "entries in one record")
 	}
 	require.NoError(t, it.Close())
 	assert.GreaterOrEqual(t, records, 20000/writeChunk+2)
 	assert.LessOrEqual(t, largest, 128<<10, "bytes in the largest record")
+}
+
+// TestBigStatesKeepLogBounded: keys of large states (SWL logs of 6 KB)
+// changed over and over under FsyncAlways, where each pipeline's changes
+// are one batch, larger than the half memtable Pebble commits apart (and
+// empties once applied). Snapshot rounds must still start, so the data dir
+// stays within a few times the live state; and no record passes
+// recordBytes by more than one key's state.
+func TestBigStatesKeepLogBounded(t *testing.T) {
+	defer func(v int64) { snapMinBytes = v }(snapMinBytes)
+	// Above what a round writes (the live state), so that rounds start
+	// only as the changes' batches are counted.
+	snapMinBytes = 4 << 20
+	dir := t.TempDir()
+	clk := wallClock()
+	st, err := New(Config{Shards: 2, Clock: clk, SweepInterval: -1, DataDir: dir, Fsync: FsyncAlways, MemTableSize: 1 << 20})
+	require.NoError(t, err)
+	nowMs := floorMs(clk.Now())
+	swl := kindStates(t, nowMs)["swl"]
+	const keys = 200
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprint("swl:", i)
+		r := &ImportReq{Key: []byte(names[i]), State: swl.state, Expires: swl.exp}
+		runReq(st, names[i:i+1], r)
+		require.NoError(t, r.Err)
+	}
+	live := uint64(keys * len(swl.state))
+	calls := make([]limit.Call, keys)
+	for i := range calls {
+		calls[i] = parseLimitLine(t, names[i]+" SWL 10000 2592000000 MS")
+	}
+	for round := 0; round < 150; round++ {
+		clk.Advance(int64(time.Millisecond))
+		reqs := make([]Request, keys)
+		for i := range reqs {
+			reqs[i] = &LimitReq{Call: calls[i]}
+		}
+		runReq(st, names, reqs...)
+		for _, r := range reqs {
+			require.NoError(t, r.(*LimitReq).Err)
+			require.False(t, r.(*LimitReq).Decision.Limited)
+		}
+	}
+	ps := st.PersistStats()
+	size := dirSize(t, dir)
+	t.Logf("live state %d KB, %d snapshot rounds, data dir %d KB", live>>10, ps.Snapshots, size>>10)
+	assert.Positive(t, ps.Snapshots, "snapshot rounds ran")
+	// Three times what starts a round for the records, plus Pebble's WALs
+	// (a memtable's worth each, a few of them) and the ballast; the test
+	// writes 150 rounds of the live state, over 170 MB.
+	assert.Less(t, size, 3*max(2*live, uint64(snapMinBytes))+16<<20, "data dir size")
+	require.NoError(t, st.Close())
+
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebbleFormat, ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
+	require.NoError(t, err)
+	largest := 0
+	for it.First(); it.Valid(); it.Next() {
+		largest = max(largest, len(it.Value()))
+	}
+	require.NoError(t, it.Close())
+	assert.LessOrEqual(t, largest, recordBytes+len(swl.state)+64, "bytes in the largest record")
 }

@@ -296,8 +296,9 @@ func (sh *shard) startWriteOut() {
 }
 
 // writeStep writes up to limit keys of the write-out in progress as one
-// record: each key's latest state (a key changed again after its chunk was
-// written is on the new dirty list).
+// record, or fewer once the record holds recordBytes: each key's latest
+// state (a key changed again after its chunk was written is on the new
+// dirty list).
 func (sh *shard) writeStep(limit int) {
 	end := min(sh.writePos+limit, len(sh.writing))
 	if end > sh.writePos || sh.ndels > 0 {
@@ -305,25 +306,34 @@ func (sh *shard) writeStep(limit int) {
 	}
 	sh.flushDels()
 	rec, n := sh.recBuf(), 0
-	for i := sh.writePos; i < end; i += warmGroup {
+	i := sh.writePos
+	for i < end && len(rec) < recordBytes {
 		group := sh.writing[i:min(i+warmGroup, end)]
 		sh.warmEntries(group)
 		for _, ei := range group {
+			i++
 			if e := sh.t.at(ei); !e.isFree() && e.isDirty() {
 				rec, n = sh.appendEntry(rec, ei, n, true)
 			}
+			if len(rec) >= recordBytes {
+				break
+			}
 		}
 	}
-	sh.writePos = end
+	sh.writePos = i
 	sh.writeRecord(rec, n)
-	if end == len(sh.writing) {
+	if i == len(sh.writing) {
 		sh.writing, sh.writePos = reuse(sh.writing, len(sh.writing)), 0
 	}
 }
 
-// delsRecord is the most bytes of deletions flushDels puts in one record
-// (about as many as a write-out record of writeChunk keys holds).
-const delsRecord = 64 << 10
+// recordBytes is about the most bytes of state or deletions a record holds
+// (a record passes it by one key's state at most). 2048 GCRA keys take
+// about as much; keys of larger states (an SWL log is up to 120 KB) go
+// fewer to a record, so that a step's time on the shard stays short, a
+// table block stays small (see writeRest), and no record is one of the
+// batches Pebble takes as large (half a memtable), which it commits apart.
+const recordBytes = 64 << 10
 
 // warmGroup is how many entries warmEntries touches ahead of their use.
 const warmGroup = 32
@@ -342,7 +352,7 @@ func (sh *shard) warmEntries(eis []uint32) {
 }
 
 // flushDels appends the pending deletions to pb, as records of about
-// delsRecord bytes at most (see writeRest).
+// recordBytes at most (see writeRest).
 func (sh *shard) flushDels() {
 	if sh.ndels == 0 {
 		return
@@ -350,7 +360,7 @@ func (sh *shard) flushDels() {
 	b, from, n := sh.dels, 0, 0
 	for r := (recReader{b: b}); r.next(); {
 		n++
-		if at := len(b) - len(r.b); at-from >= delsRecord {
+		if at := len(b) - len(r.b); at-from >= recordBytes {
 			sh.addRecord(b[from:at], n)
 			from, n = at, 0
 		}
@@ -474,7 +484,7 @@ func (sh *shard) snapStep() {
 	sh.flushDels()
 	rec, n := sh.recBuf(), 0
 	end := min(sh.snapPos+uint32(snapChunk), sh.t.nent)
-	for ; sh.snapPos < end; sh.snapPos++ {
+	for ; sh.snapPos < end && len(rec) < recordBytes; sh.snapPos++ {
 		rec, n = sh.appendEntry(rec, sh.snapPos, n, false)
 	}
 	sh.writeRecord(rec, n)
@@ -517,7 +527,7 @@ func (sh *shard) snapshot() {
 	sh.clearDirty()
 	rec, n := appendDrop(sh.recBuf(), sh.slotLo, sh.slotHi), 1
 	for i := uint32(0); i < sh.t.nent; i++ {
-		if rec, n = sh.appendEntry(rec, i, n, true); n == snapChunk {
+		if rec, n = sh.appendEntry(rec, i, n, true); n == snapChunk || len(rec) >= recordBytes {
 			sh.addRecord(rec, n)
 			rec, n = rec[:0], 0
 		}
