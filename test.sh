@@ -5,6 +5,22 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# spec/ (the contract) and conformance/ (its vectors, never edited here) are
+# kept in the repository so that a clone is complete. Where the project's
+# shared originals sit beside the checkout (../shared), the copies must equal
+# them.
+for d in spec conformance; do
+  if [ -d "../shared/$d" ]; then
+    if ! diff -r "../shared/$d" "$d" >/dev/null 2>&1; then
+      echo "test.sh: $d/ differs from ../shared/$d:"
+      diff -rq "../shared/$d" "$d" || true
+      exit 1
+    fi
+  else
+    echo "test.sh: no ../shared/$d beside this checkout; $d/ is used as it is"
+  fi
+done
+
 # redis-cli drives the e2e tests; redis-server is the reference of the
 # differential tests (tests/differential_test.go) and checks the benchmark's
 # Lua reference against cellserver. Debian's redis-server package brings both.

@@ -132,7 +132,7 @@ func TestRawReplies(t *testing.T) {
 func TestConformanceErrors(t *testing.T) {
 	dir := os.Getenv("CELLSERVER_CONFORMANCE_DIR")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "conformance")
+		dir = filepath.Join("..", "conformance")
 	}
 	f, err := os.Open(filepath.Join(dir, "errors.jsonl"))
 	require.NoError(t, err, "conformance vectors are required")

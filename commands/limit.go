@@ -5,7 +5,7 @@ import (
 	"github.com/cellserver/cellserver/service"
 )
 
-// The CL.LIMIT family (shared/spec/cl-limit.md): grammar and error texts
+// The CL.LIMIT family (spec/cl-limit.md): grammar and error texts
 // come from package limit, the decisions from the decision API (package
 // service), which runs each call atomically wherever its keys live.
 func registerLimit(t Table) {

@@ -1,7 +1,7 @@
 // Package gcra is the pure arithmetic of redis-cell's CL.THROTTLE: the
 // generic cell rate algorithm exactly as brandur/redis-cell v0.4.0/v0.5.0
 // computes it, including its wrap-around on absurd inputs
-// (shared/spec/cl-throttle.md §2-§4).
+// (spec/cl-throttle.md §2-§4).
 //
 // The package has no clock, no I/O, no locks and does not allocate. As in
 // golang.org/x/time/rate, time is a parameter: every instant is an int64

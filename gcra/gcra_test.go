@@ -25,14 +25,14 @@ const (
 // Conformance vectors
 // ---------------------------------------------------------------------------
 
-// conformanceDir locates shared/conformance: $CELLSERVER_CONFORMANCE_DIR if
-// set, else ../../shared/conformance relative to this package. A missing
-// directory is a test failure, never a skip.
+// conformanceDir locates the repository's conformance/ folder:
+// $CELLSERVER_CONFORMANCE_DIR if set, else ../conformance relative to this
+// package. A missing directory is a test failure, never a skip.
 func conformanceDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("CELLSERVER_CONFORMANCE_DIR")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "conformance")
+		dir = filepath.Join("..", "conformance")
 	}
 	st, err := os.Stat(dir)
 	if err != nil || !st.IsDir() {

@@ -5,7 +5,7 @@ package gcra
 // reply's durations in milliseconds. It exists for CL.LIMIT ... GCRA, whose
 // period may be given in milliseconds (so t is not Interval(count, period)
 // of whole seconds) and whose MS option reports milliseconds
-// (shared/spec/cl-limit.md §4).
+// (spec/cl-limit.md §4).
 //
 // p.Count and p.Period are ignored; p.MaxBurst and p.Quantity are used as
 // Throttle uses them. With millis false the result is exactly Throttle's for

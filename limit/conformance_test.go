@@ -14,14 +14,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// conformanceDir returns shared/conformance: $CELLSERVER_CONFORMANCE_DIR if
-// set, else ../../shared/conformance relative to this package. A missing
-// folder fails the test: the vectors are the contract and are never skipped.
+// conformanceDir returns the repository's conformance/ folder:
+// $CELLSERVER_CONFORMANCE_DIR if set, else ../conformance relative to this
+// package. A missing folder fails the test: the vectors are the contract and
+// are never skipped.
 func conformanceDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("CELLSERVER_CONFORMANCE_DIR")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "conformance")
+		dir = filepath.Join("..", "conformance")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "README.md")); err != nil {
 		t.Fatalf("conformance vectors not found in %s (set CELLSERVER_CONFORMANCE_DIR): %v", dir, err)
@@ -33,7 +34,7 @@ func conformanceDir(t testing.TB) string {
 // 1-based line number, with the reason. Empty: every line is run.
 var skipLines = map[string]map[int]string{}
 
-// TestConformance replays every line of shared/conformance/cl-limit/*.jsonl
+// TestConformance replays every line of conformance/cl-limit/*.jsonl
 // against an in-memory executor built on this package and package gcra, and
 // compares each reply and each PTTL.
 func TestConformance(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package limit is the pure algorithm layer of CL.LIMIT, CL.PEEK, CL.RESET
-// and CL.INSPECT (shared/spec/cl-limit.md): the typed limit definitions and
+// and CL.INSPECT (spec/cl-limit.md): the typed limit definitions and
 // their argument grammar, the per-key state of every algorithm with its
 // binary encoding, each algorithm's decision, the all-or-nothing decision
 // over up to 16 limits, and the merge of two states of one key.

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// limitVector is one line of shared/conformance/cl-limit/*.jsonl.
+// limitVector is one line of conformance/cl-limit/*.jsonl.
 type limitVector struct {
 	Now   int64            `json:"now"`
 	Cmd   []string         `json:"cmd"`
@@ -26,7 +26,7 @@ type limitVector struct {
 }
 
 // TestLimitConformanceOverTheWire replays every line of
-// shared/conformance/cl-limit/*.jsonl against a running server with a
+// conformance/cl-limit/*.jsonl against a running server with a
 // frozen clock (DEBUG CLOCK SET before each line), comparing each reply and
 // each PTTL the line gives.
 func TestLimitConformanceOverTheWire(t *testing.T) {

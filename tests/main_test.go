@@ -64,7 +64,7 @@ func conformanceDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("CELLSERVER_CONFORMANCE_DIR")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "conformance")
+		dir = filepath.Join("..", "conformance")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "README.md")); err != nil {
 		t.Fatalf("conformance vectors not found in %s (set CELLSERVER_CONFORMANCE_DIR): %v", dir, err)

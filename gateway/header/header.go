@@ -1,7 +1,7 @@
 // Package header writes the HTTP rate-limit contract of a decision: the IETF
 // RateLimit and RateLimit-Policy fields (draft-ietf-httpapi-ratelimit-headers-10),
 // the de-facto X-RateLimit-* set, Retry-After, and the problem+json body of
-// a 429 (shared/spec/gateways.md §1). Every front end that answers HTTP or
+// a 429 (spec/gateways.md §1). Every front end that answers HTTP or
 // hands headers to a gateway (the HTTP check, Envoy's rate-limit service, the
 // Go middleware) writes them here, so they agree to the byte.
 //
