@@ -107,4 +107,12 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
-go test -race -count=1 -timeout 14m ./...
+# go test -json, so that the reason of every skip is known:
+# internal/testsummary prints what go test prints without -v (a line per
+# package, the output of failed tests), then every skipped test with its
+# reason, then the failures. Under pipefail a failing go test fails the run
+# whatever the summary saw.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go build -o "$tmp/testsummary" ./internal/testsummary
+go test -race -count=1 -timeout 14m -json ./... | "$tmp/testsummary"
