@@ -114,3 +114,104 @@ func TestDocLinks(t *testing.T) {
 	}
 	assert.Greater(t, checked, 20, "the links were found")
 }
+
+// docBlock returns the fenced code block of language lang in the section of
+// docs/<doc> that starts at the heading line beginning with heading and ends
+// at the next heading of any level. The section must hold exactly one such
+// block: the tests run what the documentation shows, so that the two cannot
+// drift apart.
+func docBlock(t *testing.T, doc, heading, lang string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", doc))
+	require.NoError(t, err)
+	var (
+		found    []string
+		in, open bool   // in the section; in a fenced block
+		fence    string // the open block's language
+		block    strings.Builder
+	)
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		l := strings.TrimRight(line, "\r\n")
+		switch {
+		case open && strings.TrimSpace(l) == "```":
+			open = false
+			if in && fence == lang {
+				found = append(found, block.String())
+			}
+		case open:
+			block.WriteString(line)
+		case strings.HasPrefix(l, "```"):
+			open, fence = true, strings.TrimSpace(l[3:])
+			block.Reset()
+		case strings.HasPrefix(l, "#"):
+			in = strings.HasPrefix(l, heading)
+		}
+	}
+	require.Len(t, found, 1, "docs/%s: want one ```%s block under %q", doc, lang, heading)
+	return found[0]
+}
+
+// replaceOnce replaces the one occurrence of old in s (there must be
+// exactly one: a test that changes the documented text fails loudly when
+// the text it expects is gone).
+func replaceOnce(t *testing.T, s, old, new string) string {
+	t.Helper()
+	require.Equal(t, 1, strings.Count(s, old), "want %q once in:\n%s", old, s)
+	return strings.Replace(s, old, new, 1)
+}
+
+// replaceBlock replaces, in conf, the brace-delimited block whose first line
+// is repl's first line (nginx's "location @x {", Caddy's "handle @x {") by
+// repl, indented as the block was.
+func replaceBlock(t *testing.T, conf, repl string) string {
+	t.Helper()
+	replLines := strings.Split(strings.TrimRight(repl, "\n"), "\n")
+	head := strings.TrimSpace(replLines[0])
+	require.True(t, strings.HasSuffix(head, "{"), "a block starts with a line ending in {: %q", head)
+	lines := strings.Split(conf, "\n")
+	start := -1
+	for i, l := range lines {
+		if strings.TrimSpace(l) == head {
+			require.Equal(t, -1, start, "%q twice in:\n%s", head, conf)
+			start = i
+		}
+	}
+	require.NotEqual(t, -1, start, "no %q in:\n%s", head, conf)
+	depth, end := 0, -1
+	for i := start; i < len(lines) && end < 0; i++ {
+		depth += strings.Count(lines[i], "{") - strings.Count(lines[i], "}")
+		if depth == 0 {
+			end = i
+		}
+	}
+	require.NotEqual(t, -1, end, "%q has no end in:\n%s", head, conf)
+	indent := lines[start][:len(lines[start])-len(strings.TrimLeft(lines[start], " \t"))]
+	var out []string
+	out = append(out, lines[:start]...)
+	for _, l := range replLines {
+		out = append(out, indent+l)
+	}
+	out = append(out, lines[end+1:]...)
+	return strings.Join(out, "\n")
+}
+
+// The lines docs/http-check.md says nginx's configuration must keep (its
+// "Request headers" section) are in its nginx.conf.
+func TestDocNginxKeepsHeaderLines(t *testing.T) {
+	norm := func(l string) string {
+		l, _, _ = strings.Cut(l, "#")
+		return strings.Join(strings.Fields(l), " ")
+	}
+	conf := map[string]bool{}
+	for _, l := range strings.Split(docBlock(t, "http-check.md", "## nginx (`auth_request`)", "nginx"), "\n") {
+		conf[norm(l)] = true
+	}
+	n := 0
+	for _, l := range strings.Split(docBlock(t, "http-check.md", "## Request headers", "nginx"), "\n") {
+		if l = norm(l); l != "" {
+			n++
+			assert.True(t, conf[l], "%q is not in the nginx.conf", l)
+		}
+	}
+	assert.Equal(t, 5, n)
+}

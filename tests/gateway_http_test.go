@@ -178,167 +178,102 @@ func startCheckGateway(t *testing.T, dir, addr string, env []string, argv ...str
 	}
 }
 
-// checkNginxConf is docs/http-check.md's nginx configuration, made runnable as
-// a non-daemon in a temporary prefix.
-const checkNginxConf = `{{user}}
-worker_processes 1;
-pid {{dir}}/nginx.pid;
-error_log {{dir}}/error.log info;
-events { worker_connections 256; }
-http {
-	access_log off;
-	client_body_temp_path {{dir}}/body;
-	proxy_temp_path {{dir}}/proxy;
-	fastcgi_temp_path {{dir}}/fastcgi;
-	uwsgi_temp_path {{dir}}/uwsgi;
-	scgi_temp_path {{dir}}/scgi;
-
-	upstream cellserver { server {{check}}; keepalive 8; }
-
-	server {
-		listen {{listen}};
-
-		location / {
-			auth_request /_ratelimit;
-			auth_request_set $rl $upstream_http_ratelimit;
-			auth_request_set $rl_policy $upstream_http_ratelimit_policy;
-			auth_request_set $rl_limit $upstream_http_x_ratelimit_limit;
-			auth_request_set $rl_remaining $upstream_http_x_ratelimit_remaining;
-			auth_request_set $rl_used $upstream_http_x_ratelimit_used;
-			auth_request_set $rl_reset $upstream_http_x_ratelimit_reset;
-			auth_request_set $rl_resource $upstream_http_x_ratelimit_resource;
-			auth_request_set $rl_retry_after $upstream_http_retry_after;
-			add_header RateLimit $rl always;
-			add_header RateLimit-Policy $rl_policy always;
-			add_header X-RateLimit-Limit $rl_limit always;
-			add_header X-RateLimit-Remaining $rl_remaining always;
-			add_header X-RateLimit-Used $rl_used always;
-			add_header X-RateLimit-Reset $rl_reset always;
-			add_header X-RateLimit-Resource $rl_resource always;
-			error_page 403 = @ratelimited;
-			proxy_pass {{upstream}};
-		}
-
-		location = /_ratelimit {
-			internal;
-			proxy_pass http://cellserver/check/web?d=remote_address;
-			proxy_http_version 1.1;
-			proxy_set_header Connection "";
-			proxy_pass_request_body off;
-			proxy_set_header Content-Length "";
-			proxy_set_header X-Original-URI $request_uri;
-			proxy_set_header X-Original-Method $request_method;
-			proxy_set_header X-Forwarded-Host $host;
-			proxy_set_header X-Real-IP $remote_addr;
-			proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-			proxy_set_header X-Ratelimit-Deny-Status 403;
-		}
-
-		# Not in the doc: /p/ is limited per path (checkForgedPath).
-		location /p/ {
-			auth_request /_ratelimit_path;
-			error_page 403 = @ratelimited;
-			proxy_pass {{upstream}};
-		}
-
-		location = /_ratelimit_path {
-			internal;
-			proxy_pass http://cellserver/check/web?d=path;
-			proxy_http_version 1.1;
-			proxy_set_header Connection "";
-			proxy_pass_request_body off;
-			proxy_set_header Content-Length "";
-			proxy_set_header X-Original-URI $request_uri;
-			proxy_set_header X-Original-Method $request_method;
-			proxy_set_header X-Forwarded-Host $host;
-			proxy_set_header X-Ratelimit-Deny-Status 403;
-		}
-
-		location @ratelimited {
-			add_header Retry-After $rl_retry_after always;
-			add_header RateLimit $rl always;
-			add_header RateLimit-Policy $rl_policy always;
-			add_header X-RateLimit-Limit $rl_limit always;
-			add_header X-RateLimit-Remaining $rl_remaining always;
-			add_header X-RateLimit-Used $rl_used always;
-			add_header X-RateLimit-Reset $rl_reset always;
-			add_header X-RateLimit-Resource $rl_resource always;
-			default_type application/problem+json;
-			return 429 '{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429}\n';
-		}
-	}
-}
-`
-
-func checkFill(tmpl string, kv ...string) string {
-	for i := 0; i+1 < len(kv); i += 2 {
-		tmpl = strings.ReplaceAll(tmpl, "{{"+kv[i]+"}}", kv[i+1])
-	}
-	return tmpl
+// gatewayConf says which of docs/http-check.md's configurations a gateway
+// runs.
+type gatewayConf struct {
+	// failOpen swaps in the "failing open" block of the documentation.
+	failOpen bool
+	// pathLimit adds, beside the documented configuration, a check of the
+	// path descriptor on /p/ (checkForgedPath).
+	pathLimit bool
 }
 
-// startCheckNginx runs nginx in front of the check at check, proxying to
-// upstreamURL; it returns its host:port.
-func startCheckNginx(t *testing.T, check, upstreamURL string) string {
+// nginxPathLocations limit /p/ per path (gatewayConf.pathLimit).
+const nginxPathLocations = `location /p/ {
+            auth_request /_ratelimit_path;
+            error_page 403 = @ratelimited;
+            proxy_pass http://app;
+        }
+
+        location = /_ratelimit_path {
+            internal;
+            proxy_pass http://cellserver/check/web?d=path;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_set_header X-Original-URI $request_uri;
+            proxy_set_header X-Original-Method $request_method;
+            proxy_set_header X-Forwarded-Host $host;
+            proxy_set_header X-Ratelimit-Deny-Status 403;
+        }
+
+        `
+
+// startCheckNginx runs docs/http-check.md's nginx.conf in front of the
+// check at check, proxying to the application at upstreamURL; it returns
+// nginx's host:port. The file runs as documented, with its ports changed,
+// and nginx's logs and temporary files kept in the test's folder.
+func startCheckNginx(t *testing.T, check, upstreamURL string, gc gatewayConf) string {
 	t.Helper()
 	bin := checkGatewayBin(t, "/usr/sbin/nginx")
 	dir := t.TempDir()
 	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	user := "" // a non-root nginx runs as itself; root's workers would drop to nobody, who cannot read the temp dir
-	if os.Geteuid() == 0 {
-		user = "user root;"
+	conf := docBlock(t, "http-check.md", "## nginx (`auth_request`)", "nginx")
+	if gc.failOpen {
+		conf = replaceBlock(t, conf, docBlock(t, "http-check.md", "### nginx, failing open", "nginx"))
 	}
-	conf := filepath.Join(dir, "nginx.conf")
-	require.NoError(t, os.WriteFile(conf, []byte(checkFill(checkNginxConf, "user", user, "dir", dir, "check", check,
-		"listen", listen, "upstream", upstreamURL)), 0o644))
-	startCheckGateway(t, dir, listen, nil, bin, "-p", dir, "-c", conf, "-g", "daemon off;")
+	conf = replaceOnce(t, conf, "listen 80;", "listen "+listen+";")
+	conf = replaceOnce(t, conf, "server 127.0.0.1:8080;", "server "+check+";")
+	conf = replaceOnce(t, conf, "server 127.0.0.1:8000;", "server "+strings.TrimPrefix(upstreamURL, "http://")+";")
+	var paths strings.Builder
+	paths.WriteString("http {\n    access_log off;\n")
+	for _, p := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		fmt.Fprintf(&paths, "    %s_temp_path %s;\n", p, filepath.Join(dir, p))
+	}
+	conf = replaceOnce(t, conf, "http {\n", paths.String())
+	if gc.pathLimit {
+		conf = replaceOnce(t, conf, "location @ratelimited {", nginxPathLocations+"location @ratelimited {")
+	}
+	// A non-root nginx runs as itself; root's workers would drop to nobody,
+	// who cannot read the test's folder.
+	global := fmt.Sprintf("daemon off; pid %s; error_log %s info;", filepath.Join(dir, "nginx.pid"), filepath.Join(dir, "error.log"))
+	if os.Geteuid() == 0 {
+		global += " user root;"
+	}
+	file := filepath.Join(dir, "nginx.conf")
+	require.NoError(t, os.WriteFile(file, []byte(conf), 0o644))
+	startCheckGateway(t, dir, listen, nil, bin, "-p", dir, "-c", file, "-g", global)
 	return listen
 }
 
-// checkCaddyfile is docs/http-check.md's Caddy configuration (admin API, HTTPS
-// and config autosave kept inside the test).
-const checkCaddyfile = `{
-	admin off
-	auto_https off
-	storage file_system {{dir}}/storage
-}
-
-http://{{listen}} {
-	route {
-		# Not in the doc: /p/ is limited per path too (checkForgedPath).
-		forward_auth /p/* {{check}} {
-			uri /check/web?d=path
-		}
-		forward_auth {{check}} {
-			uri /check/web?d=remote_address
-			copy_headers RateLimit RateLimit-Policy X-RateLimit-Limit X-RateLimit-Remaining X-RateLimit-Used X-RateLimit-Reset X-RateLimit-Resource
-		}
-		header {
-			defer
-			RateLimit {http.request.header.RateLimit}
-			RateLimit-Policy {http.request.header.RateLimit-Policy}
-			X-RateLimit-Limit {http.request.header.X-RateLimit-Limit}
-			X-RateLimit-Remaining {http.request.header.X-RateLimit-Remaining}
-			X-RateLimit-Used {http.request.header.X-RateLimit-Used}
-			X-RateLimit-Reset {http.request.header.X-RateLimit-Reset}
-			X-RateLimit-Resource {http.request.header.X-RateLimit-Resource}
-		}
-		reverse_proxy {{upstream}}
-	}
-}
-`
-
-// startCheckCaddy runs Caddy in front of the check; it returns its host:port.
-func startCheckCaddy(t *testing.T, check, upstreamHost string) string {
+// startCheckCaddy runs docs/http-check.md's Caddyfile in front of the check
+// at check, proxying to the application at upstreamHost; it returns Caddy's
+// host:port. The file runs as documented, with its ports changed, on
+// http://127.0.0.1:<port>, and a global block that keeps the admin API off
+// and Caddy's storage in the test's folder.
+func startCheckCaddy(t *testing.T, check, upstreamHost string, gc gatewayConf) string {
 	t.Helper()
 	bin := checkGatewayBin(t, "/usr/bin/caddy")
 	dir := t.TempDir()
 	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	conf := filepath.Join(dir, "Caddyfile")
-	require.NoError(t, os.WriteFile(conf, []byte(checkFill(checkCaddyfile, "dir", dir, "check", check, "listen", listen,
-		"upstream", upstreamHost)), 0o644))
+	conf := docBlock(t, "http-check.md", "## Caddy (`forward_auth`)", "caddyfile")
+	if gc.failOpen {
+		conf = replaceBlock(t, conf, docBlock(t, "http-check.md", "### Caddy, failing open", "caddyfile"))
+	}
+	require.True(t, strings.HasPrefix(conf, ":80 {\n"), "the documented Caddyfile is one site on :80, with no global block")
+	conf = "http://" + listen + strings.TrimPrefix(conf, ":80")
+	conf = replaceOnce(t, conf, "127.0.0.1:8080", check)
+	require.Contains(t, conf, "127.0.0.1:8000")
+	conf = strings.ReplaceAll(conf, "127.0.0.1:8000", upstreamHost)
+	if gc.pathLimit {
+		conf = replaceOnce(t, conf, "\troute {\n", "\troute {\n\t\tforward_auth /p/* "+check+" {\n\t\t\turi /check/web?d=path\n\t\t}\n")
+	}
+	conf = "{\n\tadmin off\n\tstorage file_system " + filepath.Join(dir, "storage") + "\n}\n\n" + conf
+	file := filepath.Join(dir, "Caddyfile")
+	require.NoError(t, os.WriteFile(file, []byte(conf), 0o644))
 	env := []string{"HOME=" + dir, "XDG_DATA_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}
-	startCheckGateway(t, dir, listen, env, bin, "run", "--config", conf, "--adapter", "caddyfile")
+	startCheckGateway(t, dir, listen, env, bin, "run", "--config", file, "--adapter", "caddyfile")
 	return listen
 }
 
@@ -424,7 +359,7 @@ func TestGatewayHTTPNginx(t *testing.T) {
 			// X-Forwarded-Uri on.
 			srv := startCheckServer(t, "--http-trusted-hops", hops, "--http-forwarded-headers", "original")
 			up := newCheckUpstream(t)
-			addr := startCheckNginx(t, srv.HTTP, up.URL)
+			addr := startCheckNginx(t, srv.HTTP, up.URL, gatewayConf{pathLimit: true})
 			checkForgedXFF(t, addr)
 			checkForgedPath(t, addr)
 		})
@@ -436,7 +371,7 @@ func TestGatewayHTTPCaddy(t *testing.T) {
 	// (no trusted_proxies): one trusted hop.
 	srv := startCheckServer(t, "--http-trusted-hops", "1")
 	up := newCheckUpstream(t)
-	addr := startCheckCaddy(t, srv.HTTP, strings.TrimPrefix(up.URL, "http://"))
+	addr := startCheckCaddy(t, srv.HTTP, strings.TrimPrefix(up.URL, "http://"), gatewayConf{pathLimit: true})
 	checkForgedXFF(t, addr)
 	// On allow, copy_headers handed the headers to the app's request too.
 	resp, _ := checkGet(t, checkClientFrom(t, "127.0.0.4"), "http://"+addr+"/")
@@ -445,6 +380,96 @@ func TestGatewayHTTPCaddy(t *testing.T) {
 	// Caddy overwrites X-Forwarded-Uri/-Method and passes a client's
 	// X-Original-URI on: the default --http-forwarded-headers forwarded.
 	checkForgedPath(t, addr)
+}
+
+// docs/http-check.md's nginx.conf and Caddyfile, and both with their
+// failing-open block swapped in, are accepted as they are written by
+// `nginx -t` and `caddy validate`; the other tests run them with their ports
+// changed.
+func TestGatewayHTTPDocConfigsAsWritten(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nginx/fail-open=%v", open), func(t *testing.T) {
+			bin := checkGatewayBin(t, "/usr/sbin/nginx")
+			if os.Geteuid() != 0 {
+				t.Skip("SKIPPED: nginx -t of the file as written opens the system's log files: run as root")
+			}
+			conf := docBlock(t, "http-check.md", "## nginx (`auth_request`)", "nginx")
+			if open {
+				conf = replaceBlock(t, conf, docBlock(t, "http-check.md", "### nginx, failing open", "nginx"))
+			}
+			file := filepath.Join(t.TempDir(), "nginx.conf")
+			require.NoError(t, os.WriteFile(file, []byte(conf), 0o644))
+			out, err := exec.Command(bin, "-t", "-c", file).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Contains(t, string(out), "test is successful")
+		})
+		t.Run(fmt.Sprintf("caddy/fail-open=%v", open), func(t *testing.T) {
+			bin := checkGatewayBin(t, "/usr/bin/caddy")
+			dir := t.TempDir()
+			conf := docBlock(t, "http-check.md", "## Caddy (`forward_auth`)", "caddyfile")
+			if open {
+				conf = replaceBlock(t, conf, docBlock(t, "http-check.md", "### Caddy, failing open", "caddyfile"))
+			}
+			file := filepath.Join(dir, "Caddyfile")
+			require.NoError(t, os.WriteFile(file, []byte(conf), 0o644))
+			cmd := exec.Command(bin, "validate", "--config", file, "--adapter", "caddyfile")
+			cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Contains(t, string(out), "Valid configuration")
+		})
+	}
+}
+
+// docs/http-check.md's nginx and Caddy files, failing closed as written and
+// open with the documented block swapped in: while cellserver runs the
+// check decides; once it is stopped, closed answers 503 with Retry-After
+// and open lets the application answer, with no rate-limit fields. An
+// application that cannot be reached is a 502 either way, not taken for a
+// cellserver that cannot.
+func TestGatewayHTTPUnreachable(t *testing.T) {
+	for _, gw := range []string{"nginx", "caddy"} {
+		for _, open := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fail-open=%v", gw, open), func(t *testing.T) {
+				var srv *checkServer
+				up := newCheckUpstream(t)
+				var addr string
+				if gw == "nginx" {
+					srv = startCheckServer(t, "--http-forwarded-headers", "original")
+					addr = startCheckNginx(t, srv.HTTP, up.URL, gatewayConf{failOpen: open})
+				} else {
+					srv = startCheckServer(t, "--http-trusted-hops", "1")
+					addr = startCheckCaddy(t, srv.HTTP, strings.TrimPrefix(up.URL, "http://"), gatewayConf{failOpen: open})
+				}
+				c := checkClientFrom(t, "127.0.0.2")
+				url := "http://" + addr + "/app/page"
+				resp, body := checkGet(t, c, url)
+				checkAllowed(t, resp, body, 2)
+
+				if !open {
+					up.Close()
+					resp, body = checkGet(t, c, url)
+					assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "the application is down, cellserver is not: %s", body)
+					assert.Empty(t, resp.Header.Get("Retry-After"))
+				}
+
+				require.Equal(t, 0, srv.Stop(), "cellserver stops cleanly")
+				for range 2 { // a kept-alive connection to the check does not change it
+					resp, body = checkGet(t, c, url)
+					if open {
+						assert.Equal(t, http.StatusOK, resp.StatusCode, body)
+						assert.Equal(t, "app", body)
+					} else {
+						assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+						assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+					}
+					for _, h := range []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Remaining"} {
+						assert.Empty(t, resp.Header.Get(h), h)
+					}
+				}
+			})
+		}
+	}
 }
 
 // A burst of 10x the limit at one instant, from 50 concurrent clients,
