@@ -1,20 +1,25 @@
 package tests
 
 import (
+	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // The documentation's own checks: its links lead to files of the
-// repository.
+// repository, and what it gives to copy runs as written. docBlock takes a
+// block out of a document, for the tests here and in gateway_http_test.go.
 
 // repoRoot is the repository's top folder, seen from this package.
 const repoRoot = ".."
@@ -214,4 +219,53 @@ func TestDocNginxKeepsHeaderLines(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 5, n)
+}
+
+// TestDocMiddlewareQuickStart follows docs/middleware.md as a user would: a
+// new module made to depend on this repository by the commands of
+// "Depending on it", the quick start's program written into it, built, and
+// run against cellserver (its two addresses changed to free ports), where
+// it answers with the limits it declares.
+func TestDocMiddlewareQuickStart(t *testing.T) {
+	root, err := filepath.Abs(repoRoot)
+	require.NoError(t, err)
+	srv := startServer(t, "--in-memory", "--enable-debug-command", "local")
+	require.NoError(t, srv.Client(t).Do(ctxT(t, 5*time.Second), "DEBUG", "CLOCK", "SET", checkClock.UnixNano()).Err())
+	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
+
+	app := t.TempDir()
+	prog := docBlock(t, "middleware.md", "## Quick start", "go")
+	prog = replaceOnce(t, prog, `"127.0.0.1:6379"`, strconv.Quote(srv.Addr))
+	prog = replaceOnce(t, prog, `"127.0.0.1:8080"`, strconv.Quote(listen))
+	require.NoError(t, os.WriteFile(filepath.Join(app, "main.go"), []byte(prog), 0o644))
+
+	steps := docBlock(t, "middleware.md", "## Depending on it", "sh")
+	steps = replaceOnce(t, steps, "=../cellserver", "="+root)
+	env := append(os.Environ(), "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0")
+	run := func(name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir, cmd.Env = app, env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s %q:\n%s", name, args, out)
+	}
+	run("bash", "-e", "-u", "-o", "pipefail", "-c", steps)
+	gomod, err := os.ReadFile(filepath.Join(app, "go.mod"))
+	require.NoError(t, err)
+	assert.Contains(t, string(gomod), "github.com/cellserver/cellserver v0.0.0-00010101000000-000000000000")
+	assert.Contains(t, string(gomod), "replace github.com/cellserver/cellserver => "+root)
+	run("go", "build", "-o", "app", ".")
+
+	startCheckGateway(t, app, listen, nil, filepath.Join(app, "app"))
+	c := &http.Client{Timeout: 10 * time.Second}
+	for i := range 60 {
+		resp, body := checkGet(t, c, "http://"+listen+"/api/hello")
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		assert.Equal(t, "hello\n", body)
+		assert.Equal(t, fmt.Sprintf(`"minute";r=%d;t=30`, 59-i), resp.Header.Get("RateLimit"))
+	}
+	resp, body := checkGet(t, c, "http://"+listen+"/api/hello")
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
+	assert.Equal(t, "30", resp.Header.Get("Retry-After"))
+	assert.Contains(t, resp.Header.Get("RateLimit-Policy"), `"day";q=1000;w=86400`)
 }
