@@ -269,3 +269,40 @@ func TestDocMiddlewareQuickStart(t *testing.T) {
 	assert.Equal(t, "30", resp.Header.Get("Retry-After"))
 	assert.Contains(t, resp.Header.Get("RateLimit-Policy"), `"day";q=1000;w=86400`)
 }
+
+// The policy of docs/policy.md's "Limiting a path" puts the variants of
+// /login an application may answer alike into one bucket per client, and,
+// as it says, leaves /LOGIN to another rule.
+func TestDocPolicyPathLimit(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(pol, []byte(docBlock(t, "policy.md", "## Limiting a path", "yaml")), 0o644))
+	httpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	srv := startServer(t, "--in-memory", "--enable-debug-command", "local", "--policy-file", pol, "--http-addr", httpAddr)
+	require.NoError(t, srv.Client(t).Do(ctxT(t, 5*time.Second), "DEBUG", "CLOCK", "SET", checkClock.UnixNano()).Err())
+	check := func(client, path string) *http.Response {
+		t.Helper()
+		resp, body := checkGet(t, http.DefaultClient, "http://"+httpAddr+"/check/web?d=remote_address,path",
+			"X-Real-IP", client, "X-Forwarded-Uri", path)
+		require.Contains(t, []int{200, 429}, resp.StatusCode, body)
+		return resp
+	}
+	variants := []string{"/login", "/login/", "/login;jsessionid=1", "/login.json", "/a/../login",
+		"//login", "/%6Cogin", "/login/sso?next=/"}
+	for i, p := range variants {
+		resp := check("192.0.2.1", p)
+		if i < 5 {
+			assert.Equal(t, http.StatusOK, resp.StatusCode, p)
+			assert.Equal(t, fmt.Sprintf(`"login";r=%d;t=30`, 4-i), resp.Header.Get("RateLimit"), p)
+		} else {
+			assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s shares the bucket", p)
+		}
+	}
+	for _, p := range []string{"/LOGIN", "/other"} {
+		resp := check("192.0.2.1", p)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, p)
+		assert.Empty(t, resp.Header.Get("RateLimit"), "%s matches no limit", p)
+	}
+	resp := check("192.0.2.2", "/login/")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, `"login";r=4;t=30`, resp.Header.Get("RateLimit"), "another client, another bucket")
+}
