@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cellserver/cellserver/gateway/policy"
 )
 
 // The documentation's own checks: its links lead to files of the
@@ -120,6 +122,43 @@ func TestDocLinks(t *testing.T) {
 	assert.Greater(t, checked, 20, "the links were found")
 }
 
+// fenced is a fenced code block of a markdown file.
+type fenced struct {
+	heading string // the last heading line before it
+	lang    string // its info string: nginx, caddyfile, yaml, go, ...
+	body    string
+}
+
+// fencedBlocks returns the fenced code blocks of the markdown file at path.
+func fencedBlocks(t *testing.T, path string) []fenced {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var (
+		found   []fenced
+		heading string
+		cur     *fenced
+		body    strings.Builder
+	)
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		l := strings.TrimSpace(line)
+		switch {
+		case cur != nil && l == "```":
+			cur.body = body.String()
+			found = append(found, *cur)
+			cur = nil
+		case cur != nil:
+			body.WriteString(line)
+		case strings.HasPrefix(l, "```"):
+			cur = &fenced{heading: heading, lang: strings.TrimSpace(l[3:])}
+			body.Reset()
+		case strings.HasPrefix(line, "#"):
+			heading = strings.TrimRight(line, "\r\n")
+		}
+	}
+	return found
+}
+
 // docBlock returns the fenced code block of language lang in the section of
 // docs/<doc> that starts at the heading line beginning with heading and ends
 // at the next heading of any level. The section must hold exactly one such
@@ -127,29 +166,10 @@ func TestDocLinks(t *testing.T) {
 // drift apart.
 func docBlock(t *testing.T, doc, heading, lang string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", doc))
-	require.NoError(t, err)
-	var (
-		found    []string
-		in, open bool   // in the section; in a fenced block
-		fence    string // the open block's language
-		block    strings.Builder
-	)
-	for _, line := range strings.SplitAfter(string(b), "\n") {
-		l := strings.TrimRight(line, "\r\n")
-		switch {
-		case open && strings.TrimSpace(l) == "```":
-			open = false
-			if in && fence == lang {
-				found = append(found, block.String())
-			}
-		case open:
-			block.WriteString(line)
-		case strings.HasPrefix(l, "```"):
-			open, fence = true, strings.TrimSpace(l[3:])
-			block.Reset()
-		case strings.HasPrefix(l, "#"):
-			in = strings.HasPrefix(l, heading)
+	var found []string
+	for _, f := range fencedBlocks(t, filepath.Join(repoRoot, "docs", doc)) {
+		if f.lang == lang && strings.HasPrefix(f.heading, heading) {
+			found = append(found, f.body)
 		}
 	}
 	require.Len(t, found, 1, "docs/%s: want one ```%s block under %q", doc, lang, heading)
@@ -305,4 +325,45 @@ func TestDocPolicyPathLimit(t *testing.T) {
 	resp := check("192.0.2.2", "/login/")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, `"login";r=4;t=30`, resp.Header.Get("RateLimit"), "another client, another bucket")
+}
+
+// Every policy file of the documents (a YAML block whose first line that is
+// no comment starts with "domain:") loads as it is written.
+func TestDocPolicyFilesLoad(t *testing.T) {
+	n := 0
+	for _, f := range markdownFiles(t) {
+		for _, b := range fencedBlocks(t, f) {
+			if b.lang != "yaml" {
+				continue
+			}
+			y := b.body
+			first := ""
+			for _, l := range strings.Split(y, "\n") {
+				if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+					first = l
+					break
+				}
+			}
+			if !strings.HasPrefix(first, "domain:") || strings.Contains(y, "domain: <") {
+				continue // not a policy file, or the format's outline
+			}
+			n++
+			_, err := policy.Parse([]byte(y))
+			assert.NoError(t, err, "%s:\n%s", f, y)
+		}
+	}
+	assert.GreaterOrEqual(t, n, 5, "the policy files of docs/policy.md and docs/envoy.md were found")
+}
+
+// docs/metrics.md's Prometheus configuration passes promtool as written.
+func TestDocPrometheusConfig(t *testing.T) {
+	promtool := "/usr/bin/promtool"
+	if _, err := os.Stat(promtool); err != nil {
+		t.Skipf("SKIPPED: %s is not installed (Debian's prometheus brings it; test.sh installs it): %v", promtool, err)
+	}
+	file := filepath.Join(t.TempDir(), "prometheus.yml")
+	require.NoError(t, os.WriteFile(file, []byte(docBlock(t, "metrics.md", "# Metrics", "yaml")), 0o644))
+	out, err := exec.Command(promtool, "check", "config", file).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "SUCCESS")
 }
