@@ -14,15 +14,14 @@ import (
 // connections or on how this one is answered (CLIENT's list in
 // connection.go takes them).
 func clientCtlSubcommands() []*Command {
-	ctl := []string{"admin", "noscript", "loading", "stale"}
 	return []*Command{
-		{Name: "client|kill", Arity: -3, Flags: ctl, Run: clientKill, Summary: "Terminates open connections.", Since: "2.4.0"},
-		{Name: "client|pause", Arity: -3, Flags: ctl, Run: clientPause, Summary: "Suspends commands processing.", Since: "3.0.0"},
-		{Name: "client|unpause", Arity: 2, Flags: ctl, Run: clientUnpause, Summary: "Resumes processing commands from paused clients.", Since: "6.2.0"},
-		{Name: "client|no-evict", Arity: 3, Flags: ctl, Run: clientNoEvict, Summary: "Sets the client eviction mode of the connection.", Since: "7.0.0"},
-		{Name: "client|no-touch", Arity: 3, Flags: []string{"noscript", "loading", "stale"}, Run: clientNoTouch,
+		{Name: "client|kill", Arity: -3, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale | AdminOnly | KeepsCaching, Cats: CatAdmin | CatSlow | CatDangerous | CatConnection, Run: clientKill, Summary: "Terminates open connections.", Since: "2.4.0"},
+		{Name: "client|pause", Arity: -3, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale | AdminOnly | KeepsCaching, Cats: CatAdmin | CatSlow | CatDangerous | CatConnection, Run: clientPause, Summary: "Suspends commands processing.", Since: "3.0.0"},
+		{Name: "client|unpause", Arity: 2, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale | AdminOnly | KeepsCaching, Cats: CatAdmin | CatSlow | CatDangerous | CatConnection, Run: clientUnpause, Summary: "Resumes processing commands from paused clients.", Since: "6.2.0"},
+		{Name: "client|no-evict", Arity: 3, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale | KeepsCaching, Cats: CatAdmin | CatSlow | CatDangerous | CatConnection, Run: clientNoEvict, Summary: "Sets the client eviction mode of the connection.", Since: "7.0.0"},
+		{Name: "client|no-touch", Arity: 3, Flags: FlagNoScript | FlagLoading | FlagStale | KeepsCaching, Cats: CatSlow | CatConnection, Run: clientNoTouch,
 			Summary: "Controls whether commands sent by the client affect the LRU/LFU of accessed keys.", Since: "7.2.0"},
-		{Name: "client|reply", Arity: 3, Flags: []string{"noscript", "loading", "stale"}, Run: clientReply,
+		{Name: "client|reply", Arity: 3, Flags: FlagNoScript | FlagLoading | FlagStale | KeepsCaching, Cats: CatSlow | CatConnection, Run: clientReply,
 			Summary: "Instructs the server whether to reply to commands.", Since: "3.2.0"},
 	}
 }
@@ -31,29 +30,16 @@ func clientCtlSubcommands() []*Command {
 // this file; its CLIENT subcommands are in CLIENT's list.
 func registerClientCtl(t Table) {
 	t.add(
-		&Command{Name: "reset", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, NoAuth: true,
-			Group: "connection", Summary: "Resets the connection.", Since: "6.2.0", Run: resetCmd},
-		&Command{Name: "role", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast"}, Group: "server",
+		&Command{Name: "reset", Arity: 1, Flags: FlagNoScript | FlagLoading | FlagStale | FlagFast | FlagNoAuth | FlagAllowBusy | TxImmediate, Cats: CatFast | CatConnection, Group: "connection", Summary: "Resets the connection.", Since: "6.2.0", Run: resetCmd},
+		&Command{Name: "role", Arity: 1, Flags: FlagNoScript | FlagLoading | FlagStale | FlagFast, Cats: CatAdmin | CatFast | CatDangerous, Group: "server",
 			Summary: "Returns the replication role.", Since: "2.8.12", Run: roleCmd},
-		&Command{Name: "wait", Arity: 3, Flags: []string{"noscript"}, Group: "generic",
+		&Command{Name: "wait", Arity: 3, Flags: FlagNoScript, Cats: CatSlow | CatConnection, Group: "generic",
 			Tips:    []string{"request_policy:all_shards", "response_policy:agg_min"},
 			Summary: "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.", Since: "3.0.0", Run: waitCmd},
-		&Command{Name: "lastsave", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "server",
+		&Command{Name: "lastsave", Arity: 1, Flags: FlagLoading | FlagStale | FlagFast, Cats: CatAdmin | CatFast | CatDangerous, Group: "server",
 			Tips:    []string{"nondeterministic_output"},
 			Summary: "Returns the Unix timestamp of the last successful save to disk.", Since: "1.0.0", Run: lastsaveCmd},
 	)
-	// Monitoring tools log in as the default user: the read-only diagnostics
-	// that Redis flags admin stay open to it (cellserver's admin flag
-	// restricts a command to the admin user). What changes state or acts on
-	// other connections stays admin.
-	for _, name := range []string{"slowlog|get", "slowlog|len", "latency|latest", "latency|history", "latency|doctor", "latency|histogram", "client|no-evict"} {
-		parent, _, _ := strings.Cut(name, "|")
-		for _, sc := range t[parent].Subcommands {
-			if sc.Name == name {
-				sc.admin = false
-			}
-		}
-	}
 }
 
 // clientCtl is the server's CLIENT PAUSE state. paused is the fast check
@@ -104,13 +90,13 @@ func (p *clientCtl) endLocked() {
 }
 
 // blocks reports whether cmd waits under a pause of mode all.
-func pauseBlocks(all bool, cmd *Command) bool { return all || cmd.write }
+func pauseBlocks(all bool, cmd *Command) bool { return all || cmd.write() }
 
 // pauseBlocksCmd is pauseBlocks for c's cmd: an EXEC is a write when its
 // transaction queued one (Redis's is_may_replicate_command), and waits
 // before it holds any shard.
 func pauseBlocksCmd(c *Client, all bool, cmd *Command) bool {
-	if cmd.Name == "exec" && c.inMulti() {
+	if cmd.Flags&TxExec != 0 && c.inMulti() {
 		return all || c.tx.hasWrite()
 	}
 	return pauseBlocks(all, cmd)
@@ -132,7 +118,7 @@ func (s *Server) pausedPipeline(cmds [][][]byte) bool {
 		}
 		// An EXEC may hold writes: it goes off the loop, and waitPause
 		// decides from its transaction.
-		if cmd := s.table.Lookup(args[0]); cmd != nil && (cmd.write || cmd.Name == "exec") {
+		if cmd := s.table.Lookup(args[0]); cmd != nil && cmd.Flags&(FlagWrite|TxExec) != 0 {
 			return true
 		}
 	}

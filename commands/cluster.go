@@ -117,7 +117,7 @@ func (s *Server) route(c *Client, cmd *Command, args [][]byte) string {
 	// the requests of most such commands run key by key (Redis's TRYAGAIN,
 	// which cluster clients retry). CL.LIMIT's keys are one request: the
 	// shard checks them together (store's gate).
-	if len(keys) > 1 && cmd.Name != "cl.limit" && !c.sess.Holding() {
+	if len(keys) > 1 && cmd.Flags&KeysTogether == 0 && !c.sess.Holding() {
 		if ns := s.nstate.Load(); ns.Open() {
 			slot := cluster.KeySlot(keys[0])
 			if ns.Migrating[slot] != "" || ns.Importing[slot] != "" {
@@ -156,38 +156,37 @@ func (s *Server) Locate(slot int) (addr string, local, known bool) {
 }
 
 func registerCluster(t Table) {
-	sub := func(name string, arity int, run func(*Client, *Out, [][]byte), summary string, flags ...string) *Command {
-		return &Command{Name: "cluster|" + name, Arity: arity, Run: run, Summary: summary, Since: "3.0.0", Flags: flags}
+	sub := func(name string, arity int, run func(*Client, *Out, [][]byte), summary string, flags Flags, cats Cats) *Command {
+		return &Command{Name: "cluster|" + name, Arity: arity, Flags: flags, Cats: cats, Run: run, Summary: summary, Since: "3.0.0"}
 	}
 	t.add(
-		&Command{Name: "cluster", Arity: -2, Group: "cluster", Summary: "A container for Redis Cluster commands.", Since: "3.0.0",
+		&Command{Name: "cluster", Arity: -2, Cats: CatSlow, Group: "cluster", Summary: "A container for Redis Cluster commands.", Since: "3.0.0",
 			Subcommands: []*Command{
-				sub("slots", 2, clusterSlots, "Returns the mapping of cluster slots to nodes.", "loading", "stale"),
-				sub("shards", 2, clusterShards, "Returns the mapping of cluster slots to shards.", "loading", "stale"),
-				sub("nodes", 2, clusterNodes, "Returns the cluster configuration for a node.", "loading", "stale"),
-				sub("info", 2, clusterInfo, "Returns information about the state of a node.", "loading", "stale"),
-				sub("myid", 2, clusterMyID, "Returns the ID of a node.", "loading", "stale"),
-				sub("keyslot", 3, clusterKeySlot, "Returns the hash slot for a key.", "loading", "stale"),
-				sub("countkeysinslot", 3, clusterCountKeys, "Returns the number of keys in a hash slot.", "loading", "stale"),
-				sub("getkeysinslot", 4, clusterGetKeys, "Returns the key names in a hash slot.", "loading", "stale"),
-				slow(sub("settopology", 3, clusterSetTopology, "cellserver: applies a versioned topology document (JSON).", "admin")),
-				slow(sub("setslot", -4, clusterSetSlot, "Binds a hash slot to a node.", "admin")),
-				slow(sub("setslotrange", -5, clusterSetSlotRange, "cellserver: CLUSTER SETSLOT IMPORTING|MIGRATING|STABLE over a range of slots.", "admin")),
-				slow(sub("getstate", 2, clusterGetState, "cellserver: the node's topology and slot moves, as JSON.", "admin")),
-				slow(sub("movekeys", -4, clusterMoveKeys, "cellserver: moves the keys of the slots migrating to a node.", "admin")),
-				slow(sub("migratestate", -5, clusterMigrateState, "cellserver: stores keys a slot move brings (node to node).", "admin", "write")),
-				sub("importstate", -5, clusterImportState, "cellserver: merges limiter state of keys moved from another node.", "admin", "write"),
-				sub("help", 2, clusterHelp, "Returns helpful text about the different subcommands.", "loading", "stale"),
+				sub("slots", 2, clusterSlots, "Returns the mapping of cluster slots to nodes.", FlagStale, CatSlow),
+				sub("shards", 2, clusterShards, "Returns the mapping of cluster slots to shards.", FlagStale, CatSlow),
+				sub("nodes", 2, clusterNodes, "Returns the cluster configuration for a node.", FlagStale, CatSlow),
+				sub("info", 2, clusterInfo, "Returns information about the state of a node.", FlagStale, CatSlow),
+				sub("myid", 2, clusterMyID, "Returns the ID of a node.", FlagStale, CatSlow),
+				sub("keyslot", 3, clusterKeySlot, "Returns the hash slot for a key.", FlagStale, CatSlow),
+				sub("countkeysinslot", 3, clusterCountKeys, "Returns the number of keys in a hash slot.", FlagStale, CatSlow),
+				sub("getkeysinslot", 4, clusterGetKeys, "Returns the key names in a hash slot.", FlagStale, CatSlow),
+				sub("settopology", 3, clusterSetTopology, "cellserver: applies a versioned topology document (JSON).", FlagAdmin|AdminOnly|OffLoop|TxForbidden, CatAdmin|CatSlow|CatDangerous),
+				sub("setslot", -4, clusterSetSlot, "Binds a hash slot to a node.", FlagAdmin|FlagStale|FlagNoAsyncLoading|AdminOnly|OffLoop|TxForbidden, CatAdmin|CatSlow|CatDangerous),
+				sub("setslotrange", -5, clusterSetSlotRange, "cellserver: CLUSTER SETSLOT IMPORTING|MIGRATING|STABLE over a range of slots.", FlagAdmin|AdminOnly|OffLoop|TxForbidden, CatAdmin|CatSlow|CatDangerous),
+				sub("getstate", 2, clusterGetState, "cellserver: the node's topology and slot moves, as JSON.", FlagAdmin|AdminOnly|OffLoop|TxForbidden, CatAdmin|CatSlow|CatDangerous),
+				sub("movekeys", -4, clusterMoveKeys, "cellserver: moves the keys of the slots migrating to a node.", FlagAdmin|AdminOnly|OffLoop|TxForbidden, CatAdmin|CatSlow|CatDangerous),
+				sub("migratestate", -5, clusterMigrateState, "cellserver: stores keys a slot move brings (node to node).", FlagWrite|FlagAdmin|AdminOnly|OffLoop|TxForbidden, CatWrite|CatAdmin|CatSlow|CatDangerous),
+				sub("importstate", -5, clusterImportState, "cellserver: merges limiter state of keys moved from another node.", FlagWrite|FlagAdmin|AdminOnly|TxForbidden, CatWrite|CatAdmin|CatSlow|CatDangerous),
+				sub("help", 2, clusterHelp, "Returns helpful text about the different subcommands.", FlagLoading|FlagStale, CatSlow),
 			}},
-		&Command{Name: "readonly", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "cluster",
+		&Command{Name: "readonly", Arity: 1, Flags: FlagLoading | FlagStale | FlagFast, Cats: CatFast | CatConnection, Group: "cluster",
 			Summary: "Enables read-only queries for a connection to a Redis Cluster replica node.", Since: "3.0.0", Run: clusterOK},
-		&Command{Name: "readwrite", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "cluster",
+		&Command{Name: "readwrite", Arity: 1, Flags: FlagLoading | FlagStale | FlagFast, Cats: CatFast | CatConnection, Group: "cluster",
 			Summary: "Enables read-write queries for a connection to a Redis Cluster replica node.", Since: "3.0.0", Run: clusterOK},
-		&Command{Name: "asking", Arity: 1, Flags: []string{"fast"}, Group: "cluster",
+		&Command{Name: "asking", Arity: 1, Flags: FlagFast, Cats: CatFast | CatConnection, Group: "cluster",
 			Summary: "Signals that a cluster client is following an -ASK redirect.", Since: "3.0.0", Run: askingCmd},
-		slow(&Command{Name: "migrate", Arity: -6, Flags: []string{"write", "movablekeys", "admin"}, Group: "generic",
-			FirstKey: 3, LastKey: 3, Step: 1, Keys: migrateKeys, SelfRouted: true,
-			Summary: "Atomically transfers a key from one Redis instance to another.", Since: "2.6.0", Run: migrateCmd}),
+		&Command{Name: "migrate", Arity: -6, Flags: FlagWrite | FlagMovableKeys | AdminOnly | OffLoop | SelfRouted | TxForbidden, Cats: CatKeyspace | CatWrite | CatSlow | CatDangerous, Group: "generic",
+			FirstKey: 3, LastKey: 3, Step: 1, Keys: migrateKeys, Summary: "Atomically transfers a key from one Redis instance to another.", Since: "2.6.0", Run: migrateCmd},
 	)
 }
 
@@ -750,10 +749,4 @@ func clusterHelp(c *Client, w *Out, _ [][]byte) {
 		"HELP", "    Print this help.",
 	}
 	writeHelp(w, lines)
-}
-
-// slow marks c Slow (see Command.Slow).
-func slow(c *Command) *Command {
-	c.Slow = true
-	return c
 }

@@ -97,7 +97,7 @@ func (s *Server) recordCommand(c *Client, cmd *Command, args [][]byte, ns int64)
 		s.slowlog.record(c, cmd, args, ns/1e3)
 	}
 	if s.latency.threshold.Load() > 0 {
-		s.latency.record(hasFlag(cmd.Flags, "fast"), ns)
+		s.latency.record(cmd.Flags&FlagFast != 0, ns)
 	}
 }
 
@@ -130,7 +130,7 @@ func (b *batchRecorder) add(cmd *Command, args [][]byte) {
 		b.s.slowlog.record(b.c, cmd, args, b.ns/1e3)
 	}
 	if b.lat {
-		b.s.latency.record(hasFlag(cmd.Flags, "fast"), b.ns)
+		b.s.latency.record(cmd.Flags&FlagFast != 0, b.ns)
 	}
 }
 
@@ -145,23 +145,22 @@ func (b *batchRecorder) flush() {
 var latencyTips = []string{"nondeterministic_output", "request_policy:all_nodes", "response_policy:special"}
 
 func registerLatency(t Table) {
-	flags := []string{"admin", "noscript", "loading", "stale"}
-	t.add(&Command{Name: "latency", Arity: -2, Group: "server", Summary: "A container for latency diagnostics commands.", Since: "2.8.13",
+	t.add(&Command{Name: "latency", Arity: -2, Cats: CatSlow, Group: "server", Summary: "A container for latency diagnostics commands.", Since: "2.8.13",
 		Subcommands: []*Command{
-			{Name: "latency|latest", Arity: 2, Flags: flags, Run: latencyLatest, Tips: latencyTips,
+			{Name: "latency|latest", Arity: 2, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale, Cats: CatAdmin | CatSlow | CatDangerous, Run: latencyLatest, Tips: latencyTips,
 				Summary: "Returns the latest latency samples for all events.", Since: "2.8.13"},
-			{Name: "latency|history", Arity: 3, Flags: flags, Run: latencyHistory, Tips: latencyTips,
+			{Name: "latency|history", Arity: 3, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale, Cats: CatAdmin | CatSlow | CatDangerous, Run: latencyHistory, Tips: latencyTips,
 				Summary: "Returns timestamp-latency samples for an event.", Since: "2.8.13"},
-			{Name: "latency|reset", Arity: -2, Flags: flags, Run: latencyReset,
+			{Name: "latency|reset", Arity: -2, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale | AdminOnly, Cats: CatAdmin | CatSlow | CatDangerous, Run: latencyReset,
 				Tips:    []string{"request_policy:all_nodes", "response_policy:all_succeeded"},
 				Summary: "Resets the latency data for one or more events.", Since: "2.8.13"},
-			{Name: "latency|doctor", Arity: 2, Flags: flags, Run: latencyDoctor, Tips: latencyTips,
+			{Name: "latency|doctor", Arity: 2, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale, Cats: CatAdmin | CatSlow | CatDangerous, Run: latencyDoctor, Tips: latencyTips,
 				Summary: "Returns a human-readable latency analysis report.", Since: "2.8.13"},
-			{Name: "latency|histogram", Arity: -2, Flags: flags, Run: latencyHistogram, Tips: latencyTips,
+			{Name: "latency|histogram", Arity: -2, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale, Cats: CatAdmin | CatSlow | CatDangerous, Run: latencyHistogram, Tips: latencyTips,
 				Summary: "Returns the cumulative distribution of latencies of a subset or all commands.", Since: "7.0.0"},
-			{Name: "latency|graph", Arity: 3, Flags: flags, Run: latencyGraph, Tips: latencyTips,
+			{Name: "latency|graph", Arity: 3, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale | AdminOnly, Cats: CatAdmin | CatSlow | CatDangerous, Run: latencyGraph, Tips: latencyTips,
 				Summary: "Returns a latency graph for an event.", Since: "2.8.13"},
-			{Name: "latency|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: latencyHelp,
+			{Name: "latency|help", Arity: 2, Flags: FlagLoading | FlagStale, Cats: CatSlow, Run: latencyHelp,
 				Summary: "Returns helpful text about the different subcommands.", Since: "2.8.13"},
 		}})
 }

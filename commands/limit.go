@@ -10,20 +10,16 @@ import (
 // service), which runs each call atomically wherever its keys live.
 func registerLimit(t Table) {
 	t.add(
-		&Command{Name: "cl.limit", Arity: -5, Flags: []string{"write", "movablekeys"},
-			FirstKey: 1, LastKey: 1, Step: 1, Keys: limitKeys,
+		&Command{Name: "cl.limit", Arity: -5, Flags: FlagWrite | FlagMovableKeys | KeysTogether, Cats: CatKeyspace | CatWrite | CatSlow, FirstKey: 1, LastKey: 1, Step: 1, Keys: limitKeys,
 			Group: "module", Summary: "Checks and charges 1-16 limits (GCRA, FW, SWC, SWL, CAL) all or nothing.", Since: "0.2.0",
 			Call: limitCall, Answer: limitAnswer},
-		&Command{Name: "cl.peek", Arity: -1, Flags: []string{"readonly", "fast"},
-			FirstKey: 1, LastKey: 1, Step: 1,
+		&Command{Name: "cl.peek", Arity: -1, Flags: FlagReadOnly | FlagFast, Cats: CatKeyspace | CatRead | CatFast, FirstKey: 1, LastKey: 1, Step: 1,
 			Group: "module", Summary: "Replies what CL.THROTTLE would, writing nothing.", Since: "0.2.0",
 			Call: peekCall, Answer: throttleAnswer},
-		&Command{Name: "cl.reset", Arity: -2, Flags: []string{"write"},
-			FirstKey: 1, LastKey: -1, Step: 1,
+		&Command{Name: "cl.reset", Arity: -2, Flags: FlagWrite, Cats: CatKeyspace | CatWrite | CatSlow, FirstKey: 1, LastKey: -1, Step: 1,
 			Group: "module", Summary: "Removes the limiter state of keys.", Since: "0.2.0",
 			Call: resetCall, Answer: resetAnswer},
-		&Command{Name: "cl.inspect", Arity: 2, Flags: []string{"readonly"},
-			FirstKey: 1, LastKey: 1, Step: 1,
+		&Command{Name: "cl.inspect", Arity: 2, Flags: FlagReadOnly, Cats: CatKeyspace | CatRead | CatSlow, FirstKey: 1, LastKey: 1, Step: 1,
 			Group: "module", Summary: "Shows a key's limiter state.", Since: "0.2.0",
 			Call: inspectCall, Answer: inspectAnswer},
 	)

@@ -13,41 +13,40 @@ import (
 func registerMemory(t Table) {
 	keyed := func(c *Command) *Command {
 		c.FirstKey, c.LastKey, c.Step = 2, 2, 1
-		c.Flags = []string{"readonly"}
 		c.Queue, c.Reply = memQueue, memReply
 		return c
 	}
 	shardTips := []string{"nondeterministic_output", "request_policy:all_shards", "response_policy:special"}
 	t.add(
-		&Command{Name: "memory", Arity: -2, Group: "server", Summary: "A container for memory diagnostics commands.", Since: "4.0.0",
+		&Command{Name: "memory", Arity: -2, Cats: CatSlow, Group: "server", Summary: "A container for memory diagnostics commands.", Since: "4.0.0",
 			Subcommands: []*Command{
-				keyed(&Command{Name: "memory|usage", Arity: -3, Summary: "Estimates the memory usage of a key.", Since: "4.0.0"}),
-				{Name: "memory|stats", Arity: 2, Run: memoryStats, Tips: shardTips,
+				keyed(&Command{Name: "memory|usage", Arity: -3, Flags: FlagReadOnly, Cats: CatRead | CatSlow, Summary: "Estimates the memory usage of a key.", Since: "4.0.0"}),
+				{Name: "memory|stats", Arity: 2, Cats: CatSlow, Run: memoryStats, Tips: shardTips,
 					Summary: "Returns details about memory usage.", Since: "4.0.0"},
-				{Name: "memory|doctor", Arity: 2, Run: memoryDoctor, Tips: shardTips,
+				{Name: "memory|doctor", Arity: 2, Cats: CatSlow, Run: memoryDoctor, Tips: shardTips,
 					Summary: "Outputs a memory problems report.", Since: "4.0.0"},
-				{Name: "memory|malloc-stats", Arity: 2, Run: memoryMallocStats, Tips: shardTips,
+				{Name: "memory|malloc-stats", Arity: 2, Cats: CatSlow, Run: memoryMallocStats, Tips: shardTips,
 					Summary: "Returns the allocator statistics.", Since: "4.0.0"},
-				{Name: "memory|purge", Arity: 2, Run: memoryPurge,
+				{Name: "memory|purge", Arity: 2, Cats: CatSlow, Run: memoryPurge,
 					Tips:    []string{"request_policy:all_shards", "response_policy:all_succeeded"},
 					Summary: "Asks the allocator to release memory.", Since: "4.0.0"},
-				{Name: "memory|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: memoryHelp,
+				{Name: "memory|help", Arity: 2, Flags: FlagLoading | FlagStale, Cats: CatSlow, Run: memoryHelp,
 					Summary: "Returns helpful text about the different subcommands.", Since: "4.0.0"},
 			}},
-		&Command{Name: "strlen", Arity: 2, Flags: []string{"readonly", "fast"}, FirstKey: 1, LastKey: 1,
+		&Command{Name: "strlen", Arity: 2, Flags: FlagReadOnly | FlagFast, Cats: CatRead | CatString | CatFast, FirstKey: 1, LastKey: 1,
 			Group: "string", Summary: "Returns the length of a string value.", Since: "2.2.0",
 			Queue: memQueue, Reply: strlenReply},
-		&Command{Name: "object", Arity: -2, Group: "generic", Summary: "A container for object introspection commands.", Since: "2.2.3",
+		&Command{Name: "object", Arity: -2, Cats: CatSlow, Group: "generic", Summary: "A container for object introspection commands.", Since: "2.2.3",
 			Subcommands: []*Command{
-				keyed(&Command{Name: "object|encoding", Arity: 3, Tips: []string{"nondeterministic_output"},
+				keyed(&Command{Name: "object|encoding", Arity: 3, Flags: FlagReadOnly, Cats: CatKeyspace | CatRead | CatSlow, Tips: []string{"nondeterministic_output"},
 					Summary: "Returns the internal encoding of a Redis object.", Since: "2.2.3"}),
-				keyed(&Command{Name: "object|freq", Arity: 3, Tips: []string{"nondeterministic_output"},
+				keyed(&Command{Name: "object|freq", Arity: 3, Flags: FlagReadOnly, Cats: CatKeyspace | CatRead | CatSlow, Tips: []string{"nondeterministic_output"},
 					Summary: "Returns the logarithmic access frequency counter of a Redis object.", Since: "4.0.0"}),
-				keyed(&Command{Name: "object|idletime", Arity: 3, Tips: []string{"nondeterministic_output"},
+				keyed(&Command{Name: "object|idletime", Arity: 3, Flags: FlagReadOnly, Cats: CatKeyspace | CatRead | CatSlow, Tips: []string{"nondeterministic_output"},
 					Summary: "Returns the time since the last access to a Redis object.", Since: "2.2.3"}),
-				keyed(&Command{Name: "object|refcount", Arity: 3, Tips: []string{"nondeterministic_output"},
+				keyed(&Command{Name: "object|refcount", Arity: 3, Flags: FlagReadOnly, Cats: CatKeyspace | CatRead | CatSlow, Tips: []string{"nondeterministic_output"},
 					Summary: "Returns the reference count of a value of a key.", Since: "2.2.3"}),
-				{Name: "object|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: objectHelp,
+				{Name: "object|help", Arity: 2, Flags: FlagLoading | FlagStale, Cats: CatKeyspace | CatSlow, Run: objectHelp,
 					Summary: "Returns helpful text about the different subcommands.", Since: "6.2.0"},
 			}},
 	)

@@ -18,12 +18,11 @@ const trackingChannel = "__redis__:invalidate"
 const maxSubscriptions = 10000
 
 func registerPubsub(t Table) {
-	flags := []string{"pubsub", "noscript", "loading", "stale"}
 	t.add(
-		&Command{Name: "subscribe", Arity: -2, Flags: flags, Group: "pubsub",
+		&Command{Name: "subscribe", Arity: -2, Flags: FlagPubSub | FlagNoScript | FlagLoading | FlagStale, Cats: CatPubSub | CatSlow, Group: "pubsub",
 			Summary: "Listens for messages published to channels (only __redis__:invalidate carries any: tracking invalidations).", Since: "2.0.0",
 			Run: subscribeCmd},
-		&Command{Name: "unsubscribe", Arity: -1, Flags: flags, Group: "pubsub",
+		&Command{Name: "unsubscribe", Arity: -1, Flags: FlagPubSub | FlagNoScript | FlagLoading | FlagStale, Cats: CatPubSub | CatSlow, Group: "pubsub",
 			Summary: "Stops listening to messages posted to channels.", Since: "2.0.0",
 			Run: unsubscribeCmd},
 	)

@@ -102,9 +102,11 @@ type Server struct {
 	table Table
 	// slowLens: see Table.slowLens.
 	slowLens uint64
-	started  time.Time
-	runID    string // 40 random hex characters, new at every start (INFO run_id), as Redis
-	log      *slog.Logger
+	// writesOffLoop: writes run off the event loops (see New).
+	writesOffLoop bool
+	started       time.Time
+	runID         string // 40 random hex characters, new at every start (INFO run_id), as Redis
+	log           *slog.Logger
 	// xprotoLogged: Unix time of the last cross-protocol warning.
 	xprotoLogged atomic.Int64
 	// loopPools are each event loop's call pools, by its owner's ID.
@@ -207,26 +209,14 @@ func New(cfg Config, st *store.Store) (*Server, error) {
 
 		loopPools: make([]loopPools, len(st.Owners())),
 	}
-	if st.SyncsWrites() && !st.Hosted() {
-		// Under --fsync always every write waits for its fsync: run writes
-		// off the event loops so that many connections wait at once and
-		// share each fsync (group commit), instead of a loop waiting for one
-		// connection's fsync after another. (Loops that host the shards
-		// need not: their sessions defer the wait, and the loop writes a
-		// pipeline's replies once its changes are synced; see
-		// Client.AwaitSync.)
-		for _, c := range s.table {
-			for _, x := range append([]*Command{c}, c.Subcommands...) {
-				if x.write {
-					x.Slow = true
-				}
-			}
-		}
-	}
-	// EXEC waits to hold shards, may hold writes that wait for their
-	// fsync, and pays failed AUTHs' pauses: off the event loops, as a Slow
-	// command, so that a loop's other connections are not held up.
-	s.table["exec"].Slow = true
+	// Under --fsync always every write waits for its fsync. With shards on
+	// goroutines of their own (a store no event loop hosts), writes run off
+	// the event loops so that many connections wait at once and share each
+	// fsync (group commit), instead of a loop waiting for one connection's
+	// fsync after another. (Loops that host the shards need not: their
+	// sessions defer the wait, and the loop writes a pipeline's replies
+	// once its changes are synced; see Client.AwaitSync.)
+	s.writesOffLoop = st.SyncsWrites() && !st.Hosted()
 	s.slowLens = s.table.slowLens()
 	s.hists = make([]cmdHist, s.table.size())
 	s.initDiagnostics()
@@ -573,16 +563,21 @@ func (s *Server) Slow(cmds [][][]byte) bool {
 		if cmd == nil {
 			continue
 		}
-		if cmd.Slow {
+		if s.offLoop(cmd) {
 			return true
 		}
 		if len(args) >= 2 {
-			if sc := cmd.sub(args[1]); sc != nil && sc.Slow {
+			if sc := cmd.sub(args[1]); sc != nil && s.offLoop(sc) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// offLoop reports whether cmd runs off the event loop (see OffLoop).
+func (s *Server) offLoop(cmd *Command) bool {
+	return cmd.Flags&OffLoop != 0 || s.writesOffLoop && cmd.write()
 }
 
 // crossProtocol reports whether a command is named as an HTTP request's
@@ -708,15 +703,15 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		return
 	}
 	// Redis's order: a protected command, then AUTH, then ACL permissions.
-	if cmd.Protected && !s.debugAllowed(c) {
+	if cmd.Flags&Protected != 0 && !s.debugAllowed(c) {
 		c.reject(cmd, ErrDebugNotAllowed)
 		return
 	}
-	if !cmd.NoAuth && !c.authed.Load() {
+	if cmd.Flags&FlagNoAuth == 0 && !c.authed.Load() {
 		c.reject(cmd, ErrNoAuth)
 		return
 	}
-	if cmd.admin && !c.isAdmin() {
+	if cmd.Flags&AdminOnly != 0 && !c.isAdmin() {
 		s.stats.cmdDenied.Add(1)
 		c.reject(cmd, noPerm(c.user(), cmd.Name))
 		return
@@ -725,13 +720,13 @@ func (s *Server) execOne(c *Client, args [][]byte, out *Out) {
 		c.reject(cmd, ErrKeyTooLong)
 		return
 	}
-	if cmd.FirstKey > 0 && s.clusterOn() && !cmd.SelfRouted {
+	if cmd.FirstKey > 0 && s.clusterOn() && cmd.Flags&SelfRouted == 0 {
 		if e := s.route(c, cmd, args); e != "" {
 			c.reject(cmd, e)
 			return
 		}
 	}
-	if s.cfg.StopWrites && cmd.write && s.st.PersistErr() != nil {
+	if s.cfg.StopWrites && cmd.write() && s.st.PersistErr() != nil {
 		c.reject(cmd, ErrMisconf)
 		return
 	}
@@ -955,7 +950,7 @@ func (s *Server) finish(c *Client, out *Out) {
 		if sl.quiet {
 			out.Truncate(mark)
 		}
-		if c.hooked && cmd != nil && cmd.write {
+		if c.hooked && cmd != nil && cmd.write() {
 			c.writeSelfInvalidations(out, cmd, args)
 		}
 	}

@@ -18,77 +18,33 @@ import (
 
 func registerServer(t Table) {
 	t.add(
-		&Command{Name: "command", Arity: -1, Flags: []string{"loading", "stale"}, Group: "server",
+		&Command{Name: "command", Arity: -1, Flags: FlagLoading | FlagStale, Cats: CatSlow | CatConnection, Group: "server",
 			Summary: "Returns detailed information about all commands.", Since: "2.8.13", Run: commandCmd,
 			Tips: []string{"nondeterministic_output_order"},
 			Subcommands: []*Command{
-				{Name: "command|count", Arity: 2, Summary: "Returns a count of commands.", Since: "2.8.13"},
-				{Name: "command|info", Arity: -2, Summary: "Returns information about one, multiple or all commands.", Since: "2.8.13"},
-				{Name: "command|docs", Arity: -2, Summary: "Returns documentary information about one, multiple or all commands.", Since: "7.0.0"},
-				{Name: "command|list", Arity: -2, Summary: "Returns a list of command names.", Since: "7.0.0"},
-				{Name: "command|getkeys", Arity: -4, Summary: "Extracts the key names from an arbitrary command.", Since: "2.8.13"},
-				{Name: "command|help", Arity: 2, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
+				{Name: "command|count", Arity: 2, Flags: FlagLoading | FlagStale, Cats: CatSlow | CatConnection, Run: commandCmd, Summary: "Returns a count of commands.", Since: "2.8.13"},
+				{Name: "command|info", Arity: -2, Flags: FlagLoading | FlagStale, Cats: CatSlow | CatConnection, Run: commandCmd, Summary: "Returns information about one, multiple or all commands.", Since: "2.8.13"},
+				{Name: "command|docs", Arity: -2, Flags: FlagLoading | FlagStale, Cats: CatSlow | CatConnection, Run: commandCmd, Summary: "Returns documentary information about one, multiple or all commands.", Since: "7.0.0"},
+				{Name: "command|list", Arity: -2, Flags: FlagLoading | FlagStale, Cats: CatSlow | CatConnection, Run: commandCmd, Summary: "Returns a list of command names.", Since: "7.0.0"},
+				{Name: "command|getkeys", Arity: -4, Flags: FlagLoading | FlagStale, Cats: CatSlow | CatConnection, Run: commandCmd, Summary: "Extracts the key names from an arbitrary command.", Since: "2.8.13"},
+				{Name: "command|help", Arity: 2, Flags: FlagLoading | FlagStale, Cats: CatSlow | CatConnection, Run: commandCmd, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
 			}},
-		&Command{Name: "info", Arity: -1, Flags: []string{"loading", "stale"}, Group: "server",
+		&Command{Name: "info", Arity: -1, Flags: FlagLoading | FlagStale, Cats: CatSlow | CatDangerous, Group: "server",
 			Summary: "Returns information and statistics about the server.", Since: "1.0.0", Run: infoCmd,
 			Tips: []string{"nondeterministic_output"}},
-		&Command{Name: "config", Arity: -2, Group: "server", Summary: "A container for server configuration commands.", Since: "2.0.0",
+		&Command{Name: "config", Arity: -2, Cats: CatSlow, Group: "server", Summary: "A container for server configuration commands.", Since: "2.0.0",
 			Subcommands: []*Command{
-				{Name: "config|get", Arity: -3, Flags: []string{"loading", "stale"}, Run: configGet, Summary: "Returns the effective values of configuration parameters.", Since: "2.0.0"},
-				{Name: "config|set", Arity: -4, Flags: []string{"admin", "noscript", "loading", "stale"}, Run: configSet, Summary: "Sets configuration parameters in-flight.", Since: "2.0.0"},
-				{Name: "config|resetstat", Arity: 2, Flags: []string{"admin", "noscript", "loading", "stale"}, Run: configResetStat, Summary: "Resets the server's statistics.", Since: "2.0.0"},
-				{Name: "config|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: configHelp, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
+				{Name: "config|get", Arity: -3, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale, Cats: CatAdmin | CatSlow | CatDangerous, Run: configGet, Summary: "Returns the effective values of configuration parameters.", Since: "2.0.0"},
+				{Name: "config|set", Arity: -4, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale | AdminOnly, Cats: CatAdmin | CatSlow | CatDangerous, Run: configSet, Summary: "Sets configuration parameters in-flight.", Since: "2.0.0"},
+				{Name: "config|resetstat", Arity: 2, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale | AdminOnly, Cats: CatAdmin | CatSlow | CatDangerous, Run: configResetStat, Summary: "Resets the server's statistics.", Since: "2.0.0"},
+				{Name: "config|help", Arity: 2, Flags: FlagLoading | FlagStale, Cats: CatSlow, Run: configHelp, Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0"},
 			}},
-		&Command{Name: "time", Arity: 1, Flags: []string{"loading", "stale", "fast"}, Group: "server",
+		&Command{Name: "time", Arity: 1, Flags: FlagLoading | FlagStale | FlagFast, Cats: CatFast, Group: "server",
 			Summary: "Returns the server time (the clock CL.THROTTLE uses).", Since: "2.6.0", Run: timeCmd,
 			Tips: []string{"nondeterministic_output"}},
-		&Command{Name: "debug", Arity: -2, Flags: []string{"admin", "noscript", "loading", "stale"}, Protected: true, Group: "server",
+		&Command{Name: "debug", Arity: -2, Flags: FlagAdmin | FlagNoScript | FlagLoading | FlagStale | AdminOnly | Protected, Cats: CatAdmin | CatSlow | CatDangerous, Group: "server",
 			Summary: "cellserver: DEBUG CLOCK SET <unix_ns> | ADVANCE <ns> | REAL.", Since: "1.0.0", Run: debugCmd},
 	)
-	// COMMAND's subcommands all run through commandCmd.
-	for _, s := range t["command"].Subcommands {
-		s.Run = commandCmd
-		s.Flags = []string{"loading", "stale"}
-	}
-}
-
-// aclCategories derives Redis-style ACL categories from flags and group.
-func (c *Command) aclCategories() []string {
-	var cats []string
-	for _, f := range c.Flags {
-		switch f {
-		case "write":
-			cats = append(cats, "@write")
-		case "readonly":
-			cats = append(cats, "@read")
-		case "admin":
-			cats = append(cats, "@admin", "@dangerous")
-		}
-	}
-	if c.FirstKey > 0 && c.Group != "transactions" { // WATCH is not @keyspace in Redis
-		cats = append(cats, "@keyspace")
-	}
-	if hasFlag(c.Flags, "fast") {
-		cats = append(cats, "@fast")
-	} else {
-		cats = append(cats, "@slow")
-	}
-	switch c.Group {
-	case "connection":
-		cats = append(cats, "@connection")
-	case "transactions":
-		cats = append(cats, "@transaction")
-	}
-	return cats
-}
-
-func hasFlag(flags []string, f string) bool {
-	for _, x := range flags {
-		if x == f {
-			return true
-		}
-	}
-	return false
 }
 
 // writeCommandInfo writes one command's COMMAND INFO entry in Redis 7's
@@ -97,10 +53,7 @@ func writeCommandInfo(w *Out, c *Command) {
 	w.WriteArray(10)
 	w.WriteBulkString(c.Name)
 	w.WriteInt(int64(c.Arity))
-	flags := c.Flags
-	if c.infoFlags != nil {
-		flags = c.infoFlags
-	}
+	flags := c.Flags.redisNames()
 	w.WriteSet(len(flags))
 	for _, f := range flags {
 		w.WriteString(f)
@@ -108,7 +61,7 @@ func writeCommandInfo(w *Out, c *Command) {
 	w.WriteInt(int64(c.FirstKey))
 	w.WriteInt(int64(c.LastKey))
 	w.WriteInt(int64(c.Step))
-	cats := c.acl
+	cats := c.Cats.names()
 	w.WriteSet(len(cats))
 	for _, a := range cats {
 		w.WriteString(a)
@@ -124,7 +77,7 @@ func writeCommandInfo(w *Out, c *Command) {
 			last -= c.FirstKey
 		}
 		flag := "RW"
-		if hasFlag(c.Flags, "readonly") || c.Group == "transactions" { // WATCH reads its keys
+		if c.Flags&FlagReadOnly != 0 || c.Group == "transactions" { // WATCH reads its keys
 			flag = "RO"
 		}
 		w.WriteSet(1)
@@ -208,15 +161,8 @@ func commandFilter(args [][]byte) (func(*Command) bool, bool) {
 	case "module":
 		return func(*Command) bool { return false }, true
 	case "aclcat":
-		cat := "@" + strings.ToLower(string(arg))
-		return func(c *Command) bool {
-			for _, a := range c.acl {
-				if a == cat {
-					return true
-				}
-			}
-			return false
-		}, true
+		cat := catByName("@" + strings.ToLower(string(arg)))
+		return func(c *Command) bool { return cat != 0 && c.Cats&cat != 0 }, true
 	case "pattern":
 		return func(c *Command) bool { return store.Match(arg, []byte(c.Name), true) }, true
 	}

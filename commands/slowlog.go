@@ -120,18 +120,18 @@ func (l *slowLog) setMaxLen(n int64) {
 }
 
 func registerSlowlog(t Table) {
-	t.add(&Command{Name: "slowlog", Arity: -2, Group: "server", Summary: "A container for slow log commands.", Since: "2.2.12",
+	t.add(&Command{Name: "slowlog", Arity: -2, Cats: CatSlow, Group: "server", Summary: "A container for slow log commands.", Since: "2.2.12",
 		Subcommands: []*Command{
-			{Name: "slowlog|get", Arity: -2, Flags: []string{"admin", "loading", "stale"}, Run: slowlogGet,
+			{Name: "slowlog|get", Arity: -2, Flags: FlagAdmin | FlagLoading | FlagStale, Cats: CatAdmin | CatSlow | CatDangerous, Run: slowlogGet,
 				Summary: "Returns the slow log's entries.", Since: "2.2.12",
 				Tips: []string{"request_policy:all_nodes", "nondeterministic_output"}},
-			{Name: "slowlog|len", Arity: 2, Flags: []string{"admin", "loading", "stale"}, Run: slowlogLen,
+			{Name: "slowlog|len", Arity: 2, Flags: FlagAdmin | FlagLoading | FlagStale, Cats: CatAdmin | CatSlow | CatDangerous, Run: slowlogLen,
 				Summary: "Returns the number of entries in the slow log.", Since: "2.2.12",
 				Tips: []string{"request_policy:all_nodes", "response_policy:agg_sum", "nondeterministic_output"}},
-			{Name: "slowlog|reset", Arity: 2, Flags: []string{"admin", "loading", "stale"}, Run: slowlogReset,
+			{Name: "slowlog|reset", Arity: 2, Flags: FlagAdmin | FlagLoading | FlagStale | AdminOnly, Cats: CatAdmin | CatSlow | CatDangerous, Run: slowlogReset,
 				Summary: "Clears all entries from the slow log.", Since: "2.2.12",
 				Tips: []string{"request_policy:all_nodes", "response_policy:all_succeeded"}},
-			{Name: "slowlog|help", Arity: 2, Flags: []string{"loading", "stale"}, Run: slowlogHelp,
+			{Name: "slowlog|help", Arity: 2, Flags: FlagLoading | FlagStale, Cats: CatSlow, Run: slowlogHelp,
 				Summary: "Show helpful text about the different subcommands", Since: "6.2.0"},
 		}})
 }

@@ -20,27 +20,15 @@ import (
 type Command struct {
 	Name     string // lower case; for subcommands "parent|sub"
 	Arity    int    // Redis convention: N exact, -N at least N (command name included)
-	Flags    []string
+	Flags    Flags  // Redis's flags (COMMAND INFO) and cellserver's behaviour flags
+	Cats     Cats   // ACL categories (COMMAND INFO, COMMAND LIST FILTERBY ACLCAT)
 	FirstKey int
 	LastKey  int
 	Step     int
-	Group    string // COMMAND DOCS group
-	Summary  string // COMMAND DOCS summary
-	Since    string
-	NoAuth   bool // may run before AUTH
-	// SelfRouted: in cluster mode the handler checks its keys' slot itself
-	// (MIGRATE moves keys of slots this node may not serve), so execOne
-	// does not refuse them with MOVED.
-	SelfRouted bool
-	// Protected is DEBUG: refused unless --enable-debug-command allows the
-	// client, before AUTH is even checked, as Redis's CMD_PROTECTED.
-	Protected bool
-	// Slow marks a command that waits on other servers, may run for
-	// seconds, or pauses (a failed AUTH): the wire layer runs a pipeline
-	// holding one off its event loop, so the loop's other connections are
-	// not held up, and a node never waits on a peer that waits on it.
-	Slow bool
-	Tips []string // COMMAND tips, e.g. "request_policy:all_shards" (cluster clients fan out on it)
+	Group    string   // COMMAND DOCS group
+	Summary  string   // COMMAND DOCS summary
+	Since    string   // COMMAND DOCS since
+	Tips     []string // COMMAND tips, e.g. "request_policy:all_shards" (cluster clients fan out on it)
 
 	// Queue checks and parses args, queuing typed store requests with
 	// queue or c.QueueTo. A non-empty return is an error reply for this
@@ -71,16 +59,12 @@ type Command struct {
 
 	Subcommands []*Command
 
-	// infoFlags and acl are what COMMAND INFO reports (applyRedisMeta):
-	// Redis's for a command Redis has, else Flags and the categories they
-	// imply.
-	infoFlags []string
-	acl       []string
-
-	write bool // has the "write" flag (refused with MISCONF while persistence fails)
-	admin bool // has the "admin" flag: only the admin user may run it (Client.isAdmin)
-	id    int  // index of this command's counters in every client's stats
+	id int // index of this command's counters in every client's stats
 }
+
+// write reports whether the command changes the keyspace (refused with
+// MISCONF while persistence fails, held by CLIENT PAUSE WRITE).
+func (c *Command) write() bool { return c.Flags&FlagWrite != 0 }
 
 // cmdStat counts one command's calls for INFO commandstats. Each client
 // keeps its own (one writer, no cache line shared between connections);
@@ -93,15 +77,23 @@ type cmdStat struct {
 // Table maps lower-case command names to commands.
 type Table map[string]*Command
 
+// add registers cmds and their subcommands. A name registered twice is a
+// bug of the table, refused at once.
 func (t Table) add(cmds ...*Command) {
 	for _, c := range cmds {
+		if _, dup := t[c.Name]; dup {
+			panic("commands: " + c.Name + " registered twice")
+		}
 		n := t.size()
+		seen := map[string]bool{}
 		for i, x := range append([]*Command{c}, c.Subcommands...) {
+			if seen[x.Name] {
+				panic("commands: " + x.Name + " registered twice")
+			}
+			seen[x.Name] = true
 			if x.Step == 0 && x.FirstKey > 0 {
 				x.Step = 1
 			}
-			x.write = hasFlag(x.Flags, "write")
-			x.admin = hasFlag(x.Flags, "admin")
 			x.id = n + i
 		}
 		t[c.Name] = c
@@ -139,9 +131,9 @@ func (t Table) Lookup(name []byte) *Command {
 func (t Table) slowLens() uint64 {
 	var m uint64
 	for name, c := range t {
-		slow := c.Slow
+		slow := c.Flags&OffLoop != 0
 		for _, sc := range c.Subcommands {
-			slow = slow || sc.Slow
+			slow = slow || sc.Flags&OffLoop != 0
 		}
 		if slow && len(name) < 64 {
 			m |= 1 << len(name)
@@ -182,6 +174,5 @@ func newTable() Table {
 	registerLatency(t)
 	registerMemory(t)
 	registerClientCtl(t)
-	t.applyRedisMeta()
 	return t
 }

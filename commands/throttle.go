@@ -9,7 +9,8 @@ func registerThrottle(t Table) {
 	t.add(&Command{
 		Name:     "cl.throttle",
 		Arity:    -1, // redis-cell checks the argument count itself
-		Flags:    []string{"write"},
+		Flags:    FlagWrite,
+		Cats:     CatKeyspace | CatWrite | CatSlow,
 		FirstKey: 1, LastKey: 1, Step: 1,
 		Group:   "module",
 		Summary: "Rate-limit a key with GCRA, exactly as the redis-cell module does.",

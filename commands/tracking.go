@@ -282,16 +282,16 @@ func (c *Client) trackCommand(cmd *Command, args [][]byte) {
 	t.mu.Lock()
 	remember := t.on && !t.bcast && !(t.optin && !t.caching) && !(t.optout && t.caching)
 	t.mu.Unlock()
-	if remember && hasFlag(cmd.Flags, "readonly") && (cmd.FirstKey > 0 || cmd.Keys != nil) {
+	if remember && cmd.Flags&FlagReadOnly != 0 && (cmd.FirstKey > 0 || cmd.Keys != nil) {
 		for _, key := range commandKeys(cmd, args) {
 			c.remember(key)
 		}
 	}
 	switch {
-	case inExec || strings.HasPrefix(cmd.Name, "client|") || cmd.Name == "multi":
-	case cmd.Name == "exec" && c.inMulti():
+	case inExec || cmd.Flags&KeepsCaching != 0:
+	case cmd.Flags&TxExec != 0 && c.inMulti():
 		t.spent = true
-	case !c.inMulti() || cmd.Name == "discard":
+	case !c.inMulti() || cmd.Flags&TxDiscard != 0:
 		t.caching = false
 	}
 }

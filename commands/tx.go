@@ -79,17 +79,16 @@ type watcher struct{ changed atomic.Bool }
 func (w *watcher) KeyChanged([]byte, uint64) { w.changed.Store(true) }
 
 func registerTx(t Table) {
-	flags := []string{"noscript", "loading", "stale", "fast", "allow_busy"}
 	t.add(
-		&Command{Name: "multi", Arity: 1, Flags: flags, Group: "transactions",
+		&Command{Name: "multi", Arity: 1, Flags: FlagNoScript | FlagLoading | FlagStale | FlagFast | FlagAllowBusy | TxImmediate | KeepsCaching, Cats: CatFast | CatTransaction, Group: "transactions",
 			Summary: "Starts a transaction.", Since: "1.2.0", Run: multiCmd},
-		&Command{Name: "exec", Arity: 1, Flags: []string{"noscript", "loading", "stale", "skip_slowlog"}, Group: "transactions",
+		&Command{Name: "exec", Arity: 1, Flags: FlagNoScript | FlagLoading | FlagStale | FlagSkipSlowlog | OffLoop | TxExec | TxImmediate, Cats: CatSlow | CatTransaction, Group: "transactions",
 			Summary: "Executes all commands in a transaction.", Since: "1.2.0", Run: execCmd},
-		&Command{Name: "discard", Arity: 1, Flags: flags, Group: "transactions",
+		&Command{Name: "discard", Arity: 1, Flags: FlagNoScript | FlagLoading | FlagStale | FlagFast | FlagAllowBusy | TxImmediate | TxDiscard, Cats: CatFast | CatTransaction, Group: "transactions",
 			Summary: "Discards a transaction.", Since: "2.0.0", Run: discardCmd},
-		&Command{Name: "watch", Arity: -2, Flags: flags, FirstKey: 1, LastKey: -1, Step: 1, Group: "transactions",
+		&Command{Name: "watch", Arity: -2, Flags: FlagNoScript | FlagLoading | FlagStale | FlagFast | FlagAllowBusy | TxImmediate, Cats: CatFast | CatTransaction, FirstKey: 1, LastKey: -1, Step: 1, Group: "transactions",
 			Summary: "Monitors changes to keys to determine the execution of a transaction.", Since: "2.2.0", Run: watchCmd},
-		&Command{Name: "unwatch", Arity: 1, Flags: flags, Group: "transactions",
+		&Command{Name: "unwatch", Arity: 1, Flags: FlagNoScript | FlagLoading | FlagStale | FlagFast | FlagAllowBusy, Cats: CatFast | CatTransaction, Group: "transactions",
 			Summary: "Forgets about watched keys of a transaction.", Since: "2.2.0", Run: unwatchCmd},
 	)
 }
@@ -97,7 +96,7 @@ func registerTx(t Table) {
 // hasWrite reports whether the transaction queued a write command.
 func (tx *txState) hasWrite() bool {
 	for i := range tx.cmds {
-		if tx.cmds[i].cmd.write {
+		if tx.cmds[i].cmd.write() {
 			return true
 		}
 	}
@@ -107,28 +106,14 @@ func (tx *txState) hasWrite() bool {
 // inMulti reports whether the client is queueing a transaction.
 func (c *Client) inMulti() bool { return c.tx != nil && c.tx.multi }
 
-// txImmediate reports whether cmd runs at once inside MULTI rather than
-// being queued, as in Redis's processCommand.
-func txImmediate(cmd *Command) bool {
-	switch cmd.Name {
-	case "multi", "exec", "discard", "watch", "quit", "reset":
-		return true
-	}
-	return false
-}
-
 // txQueued queues cmd inside MULTI, or refuses it, and answers QUEUED or
 // the refusal. It reports false for the commands that run at once.
 func (s *Server) txQueued(c *Client, cmd *Command, args [][]byte, out *Out) bool {
-	if txImmediate(cmd) {
+	if cmd.Flags&TxImmediate != 0 {
 		return false
 	}
 	tx := c.tx
-	if cmd.admin && (strings.HasPrefix(cmd.Name, "cluster|") || cmd.Name == "migrate") {
-		// They hold shards themselves, or wait on other nodes, which may
-		// be moving keys to this one: under EXEC's hold of every shard,
-		// the two would wait on each other. (IMPORTSTATE names no keys
-		// EXEC could check against a slot being moved.)
+	if cmd.Flags&TxForbidden != 0 {
 		c.reject(cmd, ErrNotInMulti)
 		return true
 	}
@@ -164,7 +149,7 @@ func (s *Server) txQueued(c *Client, cmd *Command, args [][]byte, out *Out) bool
 // flagTransaction), returning the reply: EXEC's own refusal discards the
 // transaction and answers EXECABORT with the reason.
 func (c *Client) txRefused(cmd *Command, e string) string {
-	if cmd == nil || cmd.Name != "exec" {
+	if cmd == nil || cmd.Flags&TxExec == 0 {
 		c.tx.dirty = true
 		return e
 	}
