@@ -1,10 +1,12 @@
 package rls
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,123 +14,270 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// calls bounds the calls of one kind in flight over every connection, and
-// how long each may take to deliver its request.
+// A call goes through two bounds, both over every connection:
 //
-// Both are enforced in the method handlers the service is registered with,
-// not in interceptors or a tap: grpc-go calls a unary method's handler
-// before the request message is read (the generated handler reads it with
-// dec), and interceptors only after. A slot taken and given back in that one
-// function cannot leak, whatever way the call ends (cancelled, reset,
-// timed out, panicking); a call to an unknown method never gets one.
-type calls struct {
-	slots       chan struct{} // one element per call in flight
-	recvTimeout time.Duration
-	what        string // "rate-limit calls", in errors
-	log         *slog.Logger
+//   - until its request message has arrived, it waits in pending, whose
+//     size is bounded by evicting the call that has waited longest and
+//     whose time is bounded by RecvTimeout;
+//   - once the request is there, it takes a slot of its kind (slots) for
+//     as long as it is served: a rate-limit decision, a health check, an
+//     open health watch.
+//
+// So a client that sends headers and no message, or part of one, holds no
+// slot and cannot refuse the calls of others: a legitimate call's message
+// arrives with its headers, so it is always the newest waiting call and
+// never the one evicted, and it is decided in well under a millisecond.
+//
+// Both are enforced in the method handlers the services are registered
+// with, not in interceptors or a tap: grpc-go calls a unary method's
+// handler before the request message is read (the generated handler reads
+// it with dec), and interceptors only after. A slot taken and given back in
+// that one function cannot leak, whatever way the call ends (cancelled,
+// reset, timed out, evicted, panicking); a call to an unknown method never
+// gets one.
+
+// slots bounds the calls of one kind served at once.
+type slots struct {
+	ch  chan struct{} // one element per call served
+	err error         // what a call past the bound gets
 }
 
-func newCalls(max int, recvTimeout time.Duration, what string, log *slog.Logger) *calls {
-	return &calls{slots: make(chan struct{}, max), recvTimeout: recvTimeout, what: what, log: log}
+func newSlots(max int, err error) *slots {
+	return &slots{ch: make(chan struct{}, max), err: err}
 }
 
 // inFlight is the number of slots taken (tests).
-func (c *calls) inFlight() int { return len(c.slots) }
+func (s *slots) inFlight() int { return len(s.ch) }
 
 // acquire takes a slot, or refuses at once when none is free: waiting
 // would hold the call's memory all the same, and Envoy's own timeout
 // (20 ms by default) is shorter than any useful wait.
-func (c *calls) acquire() error {
+func (s *slots) acquire() error {
 	select {
-	case c.slots <- struct{}{}:
+	case s.ch <- struct{}{}:
 		return nil
 	default:
-		return status.Errorf(codes.ResourceExhausted, "rls: too many %s in flight (at most %d)", c.what, cap(c.slots))
+		return s.err
 	}
 }
 
-func (c *calls) release() { <-c.slots }
+func (s *slots) release() { <-s.ch }
 
-// unary wraps a unary method's handler: a slot for the whole call, and
-// the request read within recvTimeout.
-func (c *calls) unary(h grpc.MethodHandler) grpc.MethodHandler {
-	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-		if err := c.acquire(); err != nil {
-			return nil, err
-		}
-		defer c.release()
-		return h(srv, ctx, func(m any) error { return c.recv(dec, m) }, ic)
+// errTooManyCalls is what a call past a bound of calls in flight gets.
+func errTooManyCalls(what string, max int) error {
+	return status.Errorf(codes.ResourceExhausted, "rls: too many %s in flight (at most %d)", what, max)
+}
+
+// pending holds the calls whose first request message has not arrived.
+type pending struct {
+	max     int
+	timeout time.Duration
+	log     *slog.Logger
+	evicts  *everyLog
+
+	mu    sync.Mutex
+	queue list.List // of *waiter, the one waiting longest first
+}
+
+type waiter struct {
+	elem    *list.Element // in the queue; nil once out of it
+	evicted chan struct{} // closed when evicted
+}
+
+func newPending(max int, timeout time.Duration, log *slog.Logger) *pending {
+	return &pending{max: max, timeout: timeout, log: log, evicts: newEveryLog(log, time.Second)}
+}
+
+// waiting is the number of calls waiting (tests).
+func (p *pending) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.queue.Len()
+}
+
+// enter queues a new waiter, evicting the oldest past max.
+func (p *pending) enter() *waiter {
+	w := &waiter{evicted: make(chan struct{})}
+	var victim *waiter
+	p.mu.Lock()
+	w.elem = p.queue.PushBack(w)
+	if p.queue.Len() > p.max {
+		victim = p.queue.Remove(p.queue.Front()).(*waiter)
+		victim.elem = nil
 	}
-}
-
-// stream wraps a streaming method's handler so that its first request
-// message is read within recvTimeout (the count of such streams is the
-// interceptor's business: see watches).
-func (c *calls) stream(h grpc.StreamHandler) grpc.StreamHandler {
-	return func(srv any, ss grpc.ServerStream) error {
-		return h(srv, &firstRecvTimed{ServerStream: ss, c: c})
+	p.mu.Unlock()
+	if victim != nil {
+		close(victim.evicted)
+		p.evicts.Warn("rls: ended the call waiting longest for its request, to admit a new one: too many calls waiting", "max", p.max)
 	}
+	return w
 }
 
-type firstRecvTimed struct {
-	grpc.ServerStream
-	c    *calls
-	done bool
-}
-
-func (s *firstRecvTimed) RecvMsg(m any) error {
-	if s.done {
-		return s.ServerStream.RecvMsg(m)
+// leave takes w out of the queue if it is still in it.
+func (p *pending) leave(w *waiter) {
+	p.mu.Lock()
+	if w.elem != nil {
+		p.queue.Remove(w.elem)
+		w.elem = nil
 	}
-	s.done = true
-	return s.c.recv(s.ServerStream.RecvMsg, m)
+	p.mu.Unlock()
 }
 
-// recv runs read(m) and gives up after recvTimeout. The read itself waits
-// on the transport stream's own context, which nothing but the end of the
-// call cancels (not the handler's context, nor a stats.Handler's): a
-// client that announces a message and never completes it, or sends only
-// headers, would hold the call and its buffered bytes as long as the
-// connection lives. So the read runs on its own goroutine, and the handler
-// returns without it: grpc-go then writes the status and resets the
-// stream, which ends the read.
-func (c *calls) recv(read func(any) error, m any) error {
+// recv runs read(m) as a waiting call: it gives up after the timeout, or
+// when evicted. The read itself waits on the transport stream's own
+// context, which nothing but the end of the call cancels (not the
+// handler's context, nor a stats.Handler's): a client that announces a
+// message and never completes it, or sends only headers, would hold the
+// call and its buffered bytes as long as the connection lives. So the read
+// runs on its own goroutine, and the handler returns without it: grpc-go
+// then writes the status and resets the stream, which ends the read.
+func (p *pending) recv(read func(any) error, m any) error {
+	w := p.enter()
+	defer p.leave(w)
 	done := make(chan error, 1)
 	go func() {
 		defer func() {
-			if p := recover(); p != nil {
+			if r := recover(); r != nil {
 				// The codec runs here, off the handler's goroutine
 				// and so out of recoverUnary's reach.
-				c.log.Error("rls: decoding a request panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				p.log.Error("rls: decoding a request panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 				done <- errPanicked
 			}
 		}()
 		done <- read(m)
 	}()
-	t := time.NewTimer(c.recvTimeout)
+	t := time.NewTimer(p.timeout)
 	defer t.Stop()
+	timedOut := false
 	select {
 	case err := <-done:
 		return err
 	case <-t.C:
-		return status.Errorf(codes.DeadlineExceeded, "rls: the request was not received within %s", c.recvTimeout)
+		timedOut = true
+	case <-w.evicted:
+	}
+	// A request that arrived at the same moment is served.
+	select {
+	case err := <-done:
+		return err
+	default:
+	}
+	if timedOut {
+		return status.Errorf(codes.DeadlineExceeded, "rls: the request was not received within %s", p.timeout)
+	}
+	return status.Errorf(codes.ResourceExhausted, "rls: the request was not received before %d newer calls waited for theirs", p.max)
+}
+
+// unary wraps a unary method's handler: the request awaited in p, then a
+// slot of s until the call ends.
+func (p *pending) unary(h grpc.MethodHandler, s *slots) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+		held := false
+		defer func() {
+			if held {
+				s.release()
+			}
+		}()
+		return h(srv, ctx, func(m any) error {
+			if err := p.recv(dec, m); err != nil {
+				return err
+			}
+			if err := s.acquire(); err != nil {
+				return err
+			}
+			held = true
+			return nil
+		}, ic)
 	}
 }
 
-// guard returns a copy of desc whose unary methods are counted and timed
-// by c and whose streaming methods' first message is timed by c. The
+// stream wraps a streaming method's handler: its first request message
+// awaited in p, then a slot of s (nil: none) until the stream ends.
+func (p *pending) stream(h grpc.StreamHandler, s *slots) grpc.StreamHandler {
+	return func(srv any, ss grpc.ServerStream) error {
+		fs := &firstRecv{ServerStream: ss, p: p, slots: s}
+		defer func() {
+			if fs.held {
+				s.release()
+			}
+		}()
+		return h(srv, fs)
+	}
+}
+
+// firstRecv is a stream whose first RecvMsg waits in pending and then
+// takes a slot. The generated handlers call RecvMsg on the handler's own
+// goroutine, so held needs no lock.
+type firstRecv struct {
+	grpc.ServerStream
+	p     *pending
+	slots *slots
+	done  bool // the first RecvMsg has run
+	held  bool // a slot is taken
+}
+
+func (s *firstRecv) RecvMsg(m any) error {
+	if s.done {
+		return s.ServerStream.RecvMsg(m)
+	}
+	s.done = true
+	if err := s.p.recv(s.ServerStream.RecvMsg, m); err != nil {
+		return err
+	}
+	if s.slots != nil {
+		if err := s.slots.acquire(); err != nil {
+			return err
+		}
+		s.held = true
+	}
+	return nil
+}
+
+// guard returns a copy of desc whose methods are guarded by p: a unary
+// call holds a slot of unary once its request has arrived, a streaming
+// one a slot of stream (nil: none) once its first message has. The
 // handlers are wrapped, not rewritten, so a method grpc adds to a
 // generated service is guarded too.
-func guard(desc *grpc.ServiceDesc, c *calls) *grpc.ServiceDesc {
+func guard(desc *grpc.ServiceDesc, p *pending, unary, stream *slots) *grpc.ServiceDesc {
 	out := *desc
 	out.Methods = make([]grpc.MethodDesc, len(desc.Methods))
 	for i, m := range desc.Methods {
-		out.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: c.unary(m.Handler)}
+		out.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: p.unary(m.Handler, unary)}
 	}
 	out.Streams = make([]grpc.StreamDesc, len(desc.Streams))
 	for i, s := range desc.Streams {
-		s.Handler = c.stream(s.Handler)
+		s.Handler = p.stream(s.Handler, stream)
 		out.Streams[i] = s
 	}
 	return &out
+}
+
+// everyLog logs at most one line per period; the lines it drops are
+// counted into the next one it writes.
+type everyLog struct {
+	log    *slog.Logger
+	period time.Duration
+
+	mu      sync.Mutex
+	last    time.Time
+	dropped int64
+}
+
+func newEveryLog(log *slog.Logger, period time.Duration) *everyLog {
+	return &everyLog{log: log, period: period}
+}
+
+// Warn logs msg unless a line was logged less than a period ago.
+func (l *everyLog) Warn(msg string, args ...any) {
+	l.mu.Lock()
+	t := time.Now()
+	if !l.last.IsZero() && t.Sub(l.last) < l.period {
+		l.dropped++
+		l.mu.Unlock()
+		return
+	}
+	n := l.dropped
+	l.last, l.dropped = t, 0
+	l.mu.Unlock()
+	l.log.Warn(msg, append(args, "similar_since_last_line", n)...)
 }

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"io"
+	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -44,6 +48,7 @@ type rawConn struct {
 
 	smu      sync.Mutex
 	statuses map[uint32]codes.Code // grpc-status by stream
+	messages map[uint32]string     // grpc-message by stream
 	changed  chan struct{}         // closed and replaced on each change
 	goAway   bool
 	closed   bool // the server closed the connection
@@ -54,7 +59,7 @@ func dialRaw(t testing.TB, addr string) *rawConn {
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	r := &rawConn{t: t, conn: c, nextID: 1, statuses: map[uint32]codes.Code{}, changed: make(chan struct{})}
+	r := &rawConn{t: t, conn: c, nextID: 1, statuses: map[uint32]codes.Code{}, messages: map[uint32]string{}, changed: make(chan struct{})}
 	r.fr = http2.NewFramer(c, c)
 	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	r.enc = hpack.NewEncoder(&r.hbuf)
@@ -89,13 +94,18 @@ func (r *rawConn) read() {
 			if v := f.PseudoValue("status"); v != "" && v != "200" {
 				r.t.Errorf("stream %d: HTTP status %s", f.StreamID, v)
 			}
-			if v := f.RegularFields(); len(v) > 0 {
-				for _, hf := range v {
-					if hf.Name == "grpc-status" {
-						n, _ := strconv.Atoi(hf.Value)
-						r.update(func() { r.statuses[f.StreamID] = codes.Code(n) })
-					}
+			var code, msg string
+			for _, hf := range f.RegularFields() {
+				switch hf.Name {
+				case "grpc-status":
+					code = hf.Value
+				case "grpc-message":
+					msg, _ = url.PathUnescape(hf.Value)
 				}
+			}
+			if code != "" {
+				n, _ := strconv.Atoi(code)
+				r.update(func() { r.statuses[f.StreamID], r.messages[f.StreamID] = codes.Code(n), msg })
 			}
 		}
 	}
@@ -140,6 +150,15 @@ func (r *rawConn) status(id uint32) codes.Code {
 	return c
 }
 
+// message is stream id's grpc-message, once its status has come.
+func (r *rawConn) message(id uint32) string {
+	r.t.Helper()
+	r.status(id)
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	return r.messages[id]
+}
+
 func (r *rawConn) write(f func() error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -178,86 +197,193 @@ func rlsReq(user string) *rlspb.RateLimitRequest {
 	return &rlspb.RateLimitRequest{Domain: "rls", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", user)}}
 }
 
-// Past MaxCalls, over all connections, a new call is refused at once;
-// however the calls holding the slots end, their slots come back.
-func TestCallsBounded(t *testing.T) {
-	const max = 3
-	h := newHarness(t, func(o *options) { o.cfg.MaxCalls = max; o.cfg.RecvTimeout = time.Minute })
-	a, b := dialRaw(t, h.addr), dialRaw(t, h.addr)
-	s1 := a.open(rlsMethod)
-	a.partial(s1, 1000) // a message that never completes
-	a.open(rlsMethod)   // headers only
-	s3 := b.open(rlsMethod)
-	b.partial(s3, 1000)
-	require.Eventually(t, func() bool { return h.srv.calls.inFlight() == max }, 5*time.Second, 5*time.Millisecond)
-
-	_, err := h.rls.ShouldRateLimit(ctxT(t), rlsReq("max"))
-	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
-	assert.ErrorContains(t, err, "too many rate-limit calls")
-	s4 := b.open(rlsMethod)
-	assert.Equal(t, codes.ResourceExhausted, b.status(s4), "refused at once, with nothing sent")
-	// Health checks have their own bound.
-	r, err := h.health.Check(ctxT(t), &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, r.Status)
-	// A call to no method holds no slot.
-	err = h.conn.Invoke(ctxT(t), "/envoy.service.ratelimit.v3.RateLimitService/Nothing", rlsReq("max"), &rlspb.RateLimitResponse{})
-	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
-
-	a.reset(s1) // RST_STREAM
-	require.Eventually(t, func() bool { return h.srv.calls.inFlight() == max-1 }, 5*time.Second, 5*time.Millisecond)
-	require.NoError(t, a.conn.Close()) // s2 goes with its connection
-	require.Eventually(t, func() bool { return h.srv.calls.inFlight() == max-2 }, 5*time.Second, 5*time.Millisecond)
-	b.reset(s3)
-	require.Eventually(t, func() bool { return h.srv.calls.inFlight() == 0 }, 5*time.Second, 5*time.Millisecond)
-
-	// max calls at once, then more, all served: no slot leaked.
-	var wg sync.WaitGroup
-	for i := range max {
-		wg.Go(func() {
-			_, err := h.rls.ShouldRateLimit(ctxT(t), rlsReq("after"+strconv.Itoa(i)))
-			assert.NoError(t, err)
-		})
+// count is the number of streams among ids whose status is c (those
+// without a status yet do not count).
+func (r *rawConn) count(c codes.Code, ids []uint32) int {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if got, ok := r.statuses[id]; ok && got == c {
+			n++
+		}
 	}
-	wg.Wait()
-	resp := h.call(t, 0, desc("user", "max"))
-	assert.Equal(t, uint32(2), resp.Statuses[0].LimitRemaining, "the refused call charged nothing")
-	assert.Zero(t, h.srv.calls.inFlight())
+	return n
 }
 
-// A call whose request does not arrive within RecvTimeout ends, freeing
-// its slot; so do health calls (Check counted apart, Watch by MaxWatches).
-func TestStalledCallsTimeOut(t *testing.T) {
-	const timeout = 200 * time.Millisecond
+// lockedWriter serialises the writes of a log handler into a buffer.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// blocking is a RateLimitService whose calls wait until release is closed.
+type blocking struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blocking) ShouldRateLimit(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+}
+
+// Past MaxCalls decisions in flight, over all connections, a new call is
+// refused at once; once they end, their slots are back.
+func TestCallsBounded(t *testing.T) {
+	const max = 3
+	cfg, err := Config{Engine: gateway.New(gateway.Config{}), MaxCalls: max}.withDefaults()
+	require.NoError(t, err)
+	p := newPending(cfg.MaxPending, cfg.RecvTimeout, cfg.Logger)
+	s := newSlots(max, errTooManyCalls("rate-limit calls", max))
+	svc := &blocking{entered: make(chan struct{}, max), release: make(chan struct{})}
+	gs := grpc.NewServer(serverOptions(cfg)...)
+	gs.RegisterService(guard(&rlspb.RateLimitService_ServiceDesc, p, s, nil), svc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = gs.Serve(ln) }()
+	defer gs.Stop()
+	ca, cb := dial(t, ln.Addr().String()), dial(t, ln.Addr().String())
+	a, b := rlspb.NewRateLimitServiceClient(ca), rlspb.NewRateLimitServiceClient(cb)
+
+	var wg sync.WaitGroup
+	for i := range max {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		wg.Go(func() {
+			_, err := c.ShouldRateLimit(ctxT(t), rlsReq("held"))
+			assert.NoError(t, err)
+		})
+		<-svc.entered
+	}
+	assert.Equal(t, max, s.inFlight())
+	_, err = b.ShouldRateLimit(ctxT(t), rlsReq("past"))
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	assert.ErrorContains(t, err, "rls: too many rate-limit calls in flight (at most 3)")
+	// A call to no method is not counted.
+	err = cb.Invoke(ctxT(t), "/envoy.service.ratelimit.v3.RateLimitService/Nothing", rlsReq("past"), &rlspb.RateLimitResponse{})
+	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+
+	close(svc.release)
+	wg.Wait()
+	assert.Zero(t, s.inFlight())
+	_, err = a.ShouldRateLimit(ctxT(t), rlsReq("after"))
+	require.NoError(t, err, "the slots came back")
+	assert.Zero(t, s.inFlight())
+	assert.Zero(t, p.waiting())
+}
+
+// Calls that send their headers and no request, or part of one, hold no
+// slot: past every bound of them (MaxPending, MaxCalls, MaxHealthChecks,
+// MaxWatches), over several connections, the rate-limit calls, health
+// checks and health watches of other clients are served. The calls waiting
+// longest are ended to make room; at most MaxPending wait.
+func TestStalledCallsDoNotStarve(t *testing.T) {
+	const pendingMax = 4
 	h := newHarness(t, func(o *options) {
 		o.cfg.MaxCalls, o.cfg.MaxHealthChecks, o.cfg.MaxWatches = 1, 1, 1
-		o.cfg.RecvTimeout = timeout
+		o.cfg.MaxPending = pendingMax
+		o.cfg.RecvTimeout = time.Minute
 	})
+	a, b := dialRaw(t, h.addr), dialRaw(t, h.addr)
+	var onA, onB []uint32
+	for i := range 4 {
+		id := a.open(rlsMethod)
+		if i%2 == 0 {
+			a.partial(id, 1000)
+		}
+		onA = append(onA, id)
+		onB = append(onB, b.open(rlsMethod))
+	}
+	onA = append(onA, a.open(checkMethod), a.open(checkMethod), a.open(watchMethod))
+	onB = append(onB, b.open(checkMethod), b.open(watchMethod))
+	stalled := len(onA) + len(onB)
+	evicted := func() int { return a.count(codes.ResourceExhausted, onA) + b.count(codes.ResourceExhausted, onB) }
+	require.Eventually(t, func() bool { return evicted() == stalled-pendingMax }, 5*time.Second, 5*time.Millisecond,
+		"the calls waiting longest are ended")
+	assert.Equal(t, pendingMax, h.srv.pending.waiting())
+	assert.Zero(t, h.srv.calls.inFlight()+h.srv.checks.inFlight()+h.srv.watched.inFlight(), "no slot is held")
+
+	for i := range 3 {
+		resp := h.call(t, 0, desc("user", "legit"))
+		assert.Equal(t, uint32(2-i), resp.Statuses[0].LimitRemaining)
+		r, err := h.health.Check(ctxT(t), &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+		assert.Equal(t, healthpb.HealthCheckResponse_SERVING, r.Status)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	w, err := h.health.Watch(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	r, err := w.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, r.Status)
+
+	// The first legitimate call made its room by ending one more stalled
+	// call; the others found it free.
+	require.Eventually(t, func() bool { return evicted() == stalled-pendingMax+1 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, pendingMax-1, h.srv.pending.waiting())
+	assert.Zero(t, a.count(codes.OK, onA)+b.count(codes.OK, onB), "no stalled call was answered")
+}
+
+// The oldest waiting call is the one ended, with RESOURCE_EXHAUSTED, and
+// the eviction is logged.
+func TestPendingEvictsOldest(t *testing.T) {
+	var mu sync.Mutex
+	var logged bytes.Buffer
+	h := newHarness(t, func(o *options) {
+		o.cfg.MaxPending = 2
+		o.cfg.RecvTimeout = time.Minute
+		o.cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+	})
+	c := dialRaw(t, h.addr)
+	var ids []uint32
+	for i := range 4 {
+		ids = append(ids, c.open(rlsMethod))
+		want := min(i+1, 2)
+		require.Eventually(t, func() bool {
+			return h.srv.pending.waiting() == want && c.count(codes.ResourceExhausted, ids) == i+1-want
+		},
+			5*time.Second, 5*time.Millisecond)
+	}
+	for i, id := range ids[:2] {
+		assert.Equal(t, codes.ResourceExhausted, c.status(id), "call %d", i)
+		assert.Contains(t, c.message(id), "rls: the request was not received before 2 newer calls waited for theirs")
+	}
+	assert.Zero(t, c.count(codes.ResourceExhausted, ids[2:]), "the newest wait")
+	mu.Lock()
+	out := logged.String()
+	mu.Unlock()
+	assert.Contains(t, out, "ended the call waiting longest for its request")
+}
+
+// A call whose request does not arrive within RecvTimeout ends, and so do
+// health calls' (Check and Watch).
+func TestStalledCallsTimeOut(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	h := newHarness(t, func(o *options) { o.cfg.RecvTimeout = timeout })
 	c := dialRaw(t, h.addr)
 	start := time.Now()
 	stalled := c.open(rlsMethod)
 	c.partial(stalled, 100)
 	check := c.open(checkMethod)
 	watch := c.open(watchMethod)
-	require.Eventually(t, func() bool { return h.srv.calls.inFlight() == 1 && h.srv.checks.inFlight() == 1 },
-		5*time.Second, 5*time.Millisecond)
-	refused := c.open(rlsMethod)
-	assert.Equal(t, codes.ResourceExhausted, c.status(refused))
 	for _, id := range []uint32{stalled, check, watch} {
 		assert.Equal(t, codes.DeadlineExceeded, c.status(id), "stream %d", id)
+		assert.Contains(t, c.message(id), "rls: the request was not received within 200ms")
 	}
 	assert.GreaterOrEqual(t, time.Since(start), timeout)
-	require.Eventually(t, func() bool { return h.srv.calls.inFlight() == 0 && h.srv.checks.inFlight() == 0 },
-		5*time.Second, 5*time.Millisecond)
-	h.call(t, 0, desc("user", "slow"))
-	_, err := h.health.Check(ctxT(t), &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(ctxT(t))
-	defer cancel()
-	w, err := h.health.Watch(ctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = w.Recv()
-	require.NoError(t, err, "the watch slot came back")
+	require.Eventually(t, func() bool { return h.srv.pending.waiting() == 0 }, 5*time.Second, 5*time.Millisecond)
 }
 
 // A handler's panic gives its slot back.
@@ -289,8 +415,8 @@ func TestConnectionAged(t *testing.T) {
 	})
 	c := dialRaw(t, h.addr)
 	c.partial(c.open(rlsMethod), 100)
-	require.Eventually(t, func() bool { return h.srv.calls.inFlight() == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return h.srv.pending.waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
 	c.await("GOAWAY", func() bool { return c.goAway })
 	c.await("close", func() bool { return c.closed })
-	require.Eventually(t, func() bool { return h.srv.calls.inFlight() == 0 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return h.srv.pending.waiting() == 0 }, 5*time.Second, 5*time.Millisecond)
 }

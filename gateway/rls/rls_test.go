@@ -666,6 +666,8 @@ func TestConfigRefused(t *testing.T) {
 	assert.ErrorContains(t, err, "MaxConns")
 	_, err = New(Config{Engine: gateway.New(gateway.Config{}), MaxWatches: -1})
 	assert.ErrorContains(t, err, "MaxWatches")
+	_, err = New(Config{Engine: gateway.New(gateway.Config{}), MaxPending: -1})
+	assert.ErrorContains(t, err, "MaxPending")
 }
 
 // BenchmarkShouldRateLimit is the gRPC round trip of one decision (two

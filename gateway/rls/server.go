@@ -32,6 +32,7 @@ const (
 	DefaultMaxWatches           = 256
 	DefaultMaxCalls             = 2048
 	DefaultMaxHealthChecks      = 64
+	DefaultMaxPending           = 2048
 	DefaultRecvTimeout          = 5 * time.Second
 	DefaultMaxConnectionAge     = 5 * time.Minute
 	DefaultMaxConnectionGrace   = 30 * time.Second
@@ -53,7 +54,7 @@ type Config struct {
 	// whose values come from request headers, which Envoy caps at 60 KiB
 	// in all by default; 64 KiB is also the bound of the server's keys and
 	// of the HTTP check's /json body. It is what a stalled call can hold
-	// (see MaxCalls). Default 64 KiB.
+	// (see MaxPending). Default 64 KiB.
 	MaxRecvBytes int
 	// MaxConcurrentStreams bounds the calls in flight on one connection:
 	// Envoy multiplexes every rate-limit call of a worker on one, so it
@@ -64,34 +65,42 @@ type Config struct {
 	// ConnectionTimeout bounds a new connection's HTTP/2 handshake.
 	// Default 10 s.
 	ConnectionTimeout time.Duration
-	// MaxWatches bounds the grpc.health.v1.Health/Watch streams open at
-	// once, over all connections: a watch never ends on its own and holds
-	// ~10 KiB, so past it a new one is refused with RESOURCE_EXHAUSTED
-	// (Check is bounded by MaxHealthChecks). Default DefaultMaxWatches.
-	MaxWatches int
-	// MaxCalls bounds the ShouldRateLimit calls in flight over all
-	// connections: past it a new call is refused at once with
-	// RESOURCE_EXHAUSTED (Envoy applies its failure_mode_deny). grpc-go
-	// buffers a call's request as it arrives, so without it a client could
-	// hold MaxRecvBytes in each of MaxConcurrentStreams calls on each of
-	// MaxConns connections (1000 stalled 1 MiB calls held 1 GB). A call is
-	// decided in well under a millisecond, so Envoy's calls in flight are
-	// its request rate times that: 2048 is far above it, and holds at most
-	// 128 MiB of requests at the default MaxRecvBytes. Default
-	// DefaultMaxCalls.
-	MaxCalls int
-	// MaxHealthChecks bounds the health Check (and List) calls in flight,
-	// apart from MaxCalls, so that a flood of either does not refuse the
-	// other. Default DefaultMaxHealthChecks.
-	MaxHealthChecks int
+	// MaxPending bounds the calls whose request has not arrived yet (the
+	// message and, for a unary call, the end of stream), over all
+	// connections and methods. grpc-go buffers a call's request as it
+	// arrives, so without it a client could hold MaxRecvBytes in each of
+	// MaxConcurrentStreams calls on each of MaxConns connections (1000
+	// stalled 1 MiB calls held 1 GB). Past it, the call that has waited
+	// longest is ended with RESOURCE_EXHAUSTED to admit the new one, not
+	// the new one refused: Envoy's request arrives with its headers, so
+	// its call is the newest waiting and a client stalling calls only
+	// evicts its own. 2048 holds at most 128 MiB of requests at the
+	// default MaxRecvBytes. Default DefaultMaxPending.
+	MaxPending int
 	// RecvTimeout bounds the time from a call's headers to its whole
-	// request (message and end of stream): past it the call ends with
-	// DEADLINE_EXCEEDED and frees its slot and buffers. Envoy sends a
-	// request at once and gives up on it after its own timeout (20 ms by
-	// default); a client announcing a message and never completing it, or
-	// sending headers only, is otherwise held until the connection closes.
-	// Default 5 s.
+	// request: past it the call ends with DEADLINE_EXCEEDED and frees its
+	// place and buffers. Envoy sends a request at once and gives up on it
+	// after its own timeout (20 ms by default); a client announcing a
+	// message and never completing it, or sending headers only, is
+	// otherwise held until the connection closes. Default 5 s.
 	RecvTimeout time.Duration
+	// MaxCalls bounds the ShouldRateLimit calls being decided at once
+	// (their request arrived) over all connections: past it a new one is
+	// refused at once with RESOURCE_EXHAUSTED (Envoy applies its
+	// failure_mode_deny). A call is decided in well under a millisecond,
+	// so Envoy's calls in flight are its request rate times that: 2048 is
+	// far above it. A call waiting for its request holds none (see
+	// MaxPending). Default DefaultMaxCalls.
+	MaxCalls int
+	// MaxHealthChecks bounds the health Check (and List) calls being
+	// answered at once, apart from MaxCalls, so that a flood of either
+	// does not refuse the other. Default DefaultMaxHealthChecks.
+	MaxHealthChecks int
+	// MaxWatches bounds the grpc.health.v1.Health/Watch streams open at
+	// once (their request arrived), over all connections: a watch never
+	// ends on its own and holds ~10 KiB, so past it a new one is refused
+	// with RESOURCE_EXHAUSTED. Default DefaultMaxWatches.
+	MaxWatches int
 	// MaxConnectionAge is when a connection is told to go away (GOAWAY;
 	// grpc-go adds up to 10% jitter; Envoy reconnects for its next calls)
 	// and MaxConnectionGrace how long its calls in flight then have before
@@ -135,6 +144,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxHealthChecks == 0 {
 		c.MaxHealthChecks = DefaultMaxHealthChecks
 	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
+	}
 	if c.RecvTimeout == 0 {
 		c.RecvTimeout = DefaultRecvTimeout
 	}
@@ -157,6 +169,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("rls: MaxCalls must be positive, got %d", c.MaxCalls)
 	case c.MaxHealthChecks < 0:
 		return c, fmt.Errorf("rls: MaxHealthChecks must be positive, got %d", c.MaxHealthChecks)
+	case c.MaxPending < 0:
+		return c, fmt.Errorf("rls: MaxPending must be positive, got %d", c.MaxPending)
 	case c.RecvTimeout < 0:
 		return c, fmt.Errorf("rls: RecvTimeout must be positive, got %s", c.RecvTimeout)
 	case c.MaxConnectionAge < 0:
@@ -173,8 +187,10 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	watches *watches
-	calls   *calls // ShouldRateLimit
-	checks  *calls // health Check and List
+	pending *pending // calls waiting for their request
+	calls   *slots   // ShouldRateLimit decisions
+	checks  *slots   // health Check and List
+	watched *slots   // open health Watch streams
 }
 
 // New returns a Server; Serve starts it.
@@ -183,15 +199,17 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := newWatches(cfg.MaxWatches)
+	w := newWatches()
 	opts := append(serverOptions(cfg), grpc.ChainStreamInterceptor(w.intercept))
 	s := &Server{
 		cfg: cfg, grpc: grpc.NewServer(opts...), health: health.NewServer(), watches: w,
-		calls:  newCalls(cfg.MaxCalls, cfg.RecvTimeout, "rate-limit calls", cfg.Logger),
-		checks: newCalls(cfg.MaxHealthChecks, cfg.RecvTimeout, "health checks", cfg.Logger),
+		pending: newPending(cfg.MaxPending, cfg.RecvTimeout, cfg.Logger),
+		calls:   newSlots(cfg.MaxCalls, errTooManyCalls("rate-limit calls", cfg.MaxCalls)),
+		checks:  newSlots(cfg.MaxHealthChecks, errTooManyCalls("health checks", cfg.MaxHealthChecks)),
+		watched: newSlots(cfg.MaxWatches, errTooManyWatches(cfg.MaxWatches)),
 	}
-	s.grpc.RegisterService(guard(&rlspb.RateLimitService_ServiceDesc, s.calls), NewService(cfg.Engine, cfg.Headers, cfg.Logger))
-	s.grpc.RegisterService(guard(&healthpb.Health_ServiceDesc, s.checks), s.health)
+	s.grpc.RegisterService(guard(&rlspb.RateLimitService_ServiceDesc, s.pending, s.calls, nil), NewService(cfg.Engine, cfg.Headers, cfg.Logger))
+	s.grpc.RegisterService(guard(&healthpb.Health_ServiceDesc, s.pending, s.checks, s.watched), s.health)
 	// "" is the server as a whole (what a probe asks by default).
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

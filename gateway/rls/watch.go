@@ -14,22 +14,21 @@ import (
 // own, so it is bounded and ended on shutdown.
 const watchMethod = "/grpc.health.v1.Health/Watch"
 
-// watches bounds the health Watch streams open at once over every
-// connection, and ends them on shutdown.
+// watches ends the health Watch streams on shutdown (their number is
+// bounded by a slots, see guard).
 type watches struct {
-	slots    chan struct{} // one element per open watch
 	stopCtx  context.Context
 	stopFunc context.CancelFunc
 }
 
-func newWatches(max int) *watches {
+func newWatches() *watches {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &watches{slots: make(chan struct{}, max), stopCtx: ctx, stopFunc: cancel}
+	return &watches{stopCtx: ctx, stopFunc: cancel}
 }
 
-// errTooManyWatches is what a watch past the bound sees.
-func (w *watches) errTooMany() error {
-	return status.Errorf(codes.ResourceExhausted, "rls: too many health watches open (at most %d): use Check, or fewer watchers", cap(w.slots))
+// errTooManyWatches is what a watch past max gets.
+func errTooManyWatches(max int) error {
+	return status.Errorf(codes.ResourceExhausted, "rls: too many health watches open (at most %d): use Check, or fewer watchers", max)
 }
 
 // errStopping is what a watch ended by shutdown sees, after NOT_SERVING.
@@ -39,18 +38,12 @@ var errStopping = status.Error(codes.Unavailable, "rls: shutting down")
 // once if it has); call it after health.Server.Shutdown.
 func (w *watches) stop() { w.stopFunc() }
 
-// intercept holds a slot for each Watch stream while it runs, refusing it
-// with RESOURCE_EXHAUSTED when none is free.
+// intercept makes a Watch stream end once the server is stopping and its
+// client has been told so.
 func (w *watches) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if info.FullMethod != watchMethod {
 		return handler(srv, ss)
 	}
-	select {
-	case w.slots <- struct{}{}:
-	default:
-		return w.errTooMany()
-	}
-	defer func() { <-w.slots }()
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	ws := &watchStream{ServerStream: ss, ctx: ctx, cancel: cancel}
