@@ -584,17 +584,49 @@ func TestGatewayHTTPBounds(t *testing.T) {
 		resp = checkRaw(t, srv.HTTP, pad(16<<10+1))
 		assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 	})
-	t.Run("connections", func(t *testing.T) {
-		srv := startCheckServer(t, "--http-max-conns", "2")
-		// Two keep-alive connections hold both slots; a third is refused.
-		for range 2 {
+	t.Run("idle connections give way", func(t *testing.T) {
+		srv := startCheckServer(t, "--http-max-conns", "64")
+		// 64 keep-alive connections, each answered once and left open,
+		// hold every place; so do silent ones. A gateway's new connection
+		// is served all the same: the one waiting longest is closed for it.
+		for range 63 {
 			resp := checkRaw(t, srv.HTTP, get+"\r\n")
 			require.Equal(t, http.StatusOK, resp.StatusCode)
+		}
+		silent, err := net.DialTimeout("tcp", srv.HTTP, 5*time.Second)
+		require.NoError(t, err)
+		defer silent.Close()
+		c := checkClientFrom(t, "127.0.0.2")
+		for i := range 3 {
+			resp, _ := checkGet(t, c, "http://"+srv.HTTP+"/check/web?d=remote_address", "X-Forwarded-For", "192.0.2.9")
+			assert.Equal(t, http.StatusOK, resp.StatusCode, "check %d", i)
+			assert.Equal(t, strconv.Itoa(2-i), resp.Header.Get("X-RateLimit-Remaining"))
+		}
+		require.Eventually(t, func() bool { return strings.Contains(srv.Output(), "closed the connection waiting longest") },
+			5*time.Second, 10*time.Millisecond)
+		assert.NotContains(t, srv.Output(), "refused a connection")
+	})
+	t.Run("busy connections refuse", func(t *testing.T) {
+		srv := startCheckServer(t, "--http-max-conns", "2")
+		// Two connections busy with a request (a /json body that does not
+		// come) hold both places; a third is refused. The server's
+		// "100 Continue" says that it is reading the body.
+		for range 2 {
+			nc, err := net.DialTimeout("tcp", srv.HTTP, 5*time.Second)
+			require.NoError(t, err)
+			defer nc.Close()
+			require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second)))
+			_, err = io.WriteString(nc, "POST /json HTTP/1.1\r\nHost: check\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n")
+			require.NoError(t, err)
+			line, err := bufio.NewReader(nc).ReadString('\n')
+			require.NoError(t, err)
+			require.Equal(t, "HTTP/1.1 100 Continue\r\n", line)
 		}
 		resp := checkRaw(t, srv.HTTP, get+"\r\n")
 		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 		b, _ := io.ReadAll(resp.Body)
 		assert.Equal(t, "too many connections\n", string(b))
+		assert.Equal(t, "1", resp.Header.Get("Retry-After"))
 		require.Eventually(t, func() bool { return strings.Contains(srv.Output(), "--http-max-conns reached") },
 			5*time.Second, 10*time.Millisecond)
 	})

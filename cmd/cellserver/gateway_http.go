@@ -37,7 +37,7 @@ func startHTTP(cfg Config, eng *gateway.Engine, exec *commands.Server, log *slog
 		srv := httpcheck.NewServer(h, log)
 		servers = append(servers, srv)
 		go func() {
-			if err := srv.Serve(httpcheck.LimitListener(ln, cfg.HTTPMaxConns, log)); !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(httpcheck.LimitListener(srv, ln, cfg.HTTPMaxConns, log)); !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server stopped", "flag", flag, "addr", addr, "err", err)
 			}
 		}()

@@ -8,8 +8,8 @@
 // Quick start:
 //
 //	h := httpcheck.New(httpcheck.Config{Engine: eng, TrustedHops: 1})
-//	srv := httpcheck.NewServer(h, logger)             // timeouts, header size
-//	ln = httpcheck.LimitListener(ln, 10000, logger)   // connection count
+//	srv := httpcheck.NewServer(h, logger)                // timeouts, header size
+//	ln = httpcheck.LimitListener(srv, ln, 10000, logger) // connection count
 //	go srv.Serve(ln)
 //
 // The check: GET /check/<domain>?d=<descriptor>&d=... builds one request

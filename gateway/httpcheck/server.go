@@ -1,6 +1,7 @@
 package httpcheck
 
 import (
+	"container/list"
 	"fmt"
 	"io"
 	"log/slog"
@@ -86,32 +87,56 @@ const refusal = "HTTP/1.1 503 Service Unavailable\r\n" +
 // it a refused connection is closed without an answer.
 const maxRefusing = 64
 
-// LimitListener bounds the connections served from ln to max at once.
-// It refuses rather than holds: a connection accepted over the limit is
-// answered "503 Service Unavailable" (Retry-After: 1, Connection: close)
-// and closed, at once, so a gateway sees a clear error (and its own
-// on-error rule applies) instead of a connection hanging in the backlog
-// until its timeout. (The RESP side refuses past maxclients the same
-// way.) Refusals are logged at most once a second.
-func LimitListener(ln net.Listener, max int, log *slog.Logger) net.Listener {
+// LimitListener bounds the connections srv serves from ln to max at once,
+// and sets srv.ConnState to follow them (calling a hook already set).
+//
+// A connection waiting for a request (accepted and not yet sent one, or
+// kept alive after an answer) gives way: at max, a new connection closes
+// the one that has waited longest and takes its place, as a server closes
+// idle keep-alive connections under pressure. A gateway (nginx's
+// keepalive, Go's Transport) retries a request whose idle connection the
+// server closed on a new one, and a legitimate connection is the newest
+// waiting from its accept to its request, so idle or silent connections
+// cannot lock a gateway out. A connection becomes busy once its request
+// header has been read, until its answer is written (each bounded in time
+// by NewServer's timeouts); only when all max are busy is a new connection
+// refused rather than held: it is answered "503 Service Unavailable"
+// (Retry-After: 1, Connection: close) and closed, at once, so a gateway
+// sees a clear error (and its own on-error rule applies) instead of a
+// connection hanging in the backlog until its timeout. (The RESP side
+// refuses past maxclients the same way.) Refusals and closings are logged
+// at most once a second each.
+func LimitListener(srv *http.Server, ln net.Listener, max int, log *slog.Logger) net.Listener {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &limitListener{
+	l := &limitListener{
 		Listener: ln,
-		slots:    make(chan struct{}, max),
-		refusing: make(chan struct{}, maxRefusing),
-		log:      newEveryLog(log, time.Second, time.Now),
 		max:      max,
+		refusing: make(chan struct{}, maxRefusing),
+		refusals: newEveryLog(log, time.Second, time.Now),
+		evicts:   newEveryLog(log, time.Second, time.Now),
 	}
+	prev := srv.ConnState
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		l.connState(c, st)
+		if prev != nil {
+			prev(c, st)
+		}
+	}
+	return l
 }
 
 type limitListener struct {
 	net.Listener
-	slots    chan struct{} // one per connection served
-	refusing chan struct{} // one per refusal being written
-	log      *everyLog
 	max      int
+	refusing chan struct{} // one per refusal being written
+	refusals *everyLog
+	evicts   *everyLog
+
+	mu      sync.Mutex
+	held    int       // connections holding a place
+	waiting list.List // of *limitConn waiting for a request, the longest first
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -120,12 +145,31 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.slots <- struct{}{}:
-			return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
-		default:
+		lc := &limitConn{Conn: c, l: l}
+		var victim *limitConn
+		l.mu.Lock()
+		if l.held >= l.max {
+			if e := l.waiting.Front(); e != nil {
+				victim = e.Value.(*limitConn)
+				l.dropLocked(victim)
+			}
 		}
-		l.log.Warn("http: refused a connection: --http-max-conns reached", "max", l.max, "peer", c.RemoteAddr().String())
+		if l.held < l.max {
+			l.held++
+			lc.held = true
+			lc.elem = l.waiting.PushBack(lc)
+		}
+		admitted := lc.held
+		l.mu.Unlock()
+		if victim != nil {
+			_ = victim.Conn.Close()
+			l.evicts.Warn("http: closed the connection waiting longest for a request, to admit a new one: --http-max-conns reached",
+				"max", l.max, "peer", victim.RemoteAddr().String())
+		}
+		if admitted {
+			return lc, nil
+		}
+		l.refusals.Warn("http: refused a connection: --http-max-conns reached", "max", l.max, "peer", c.RemoteAddr().String())
 		select {
 		case l.refusing <- struct{}{}:
 			go l.refuse(c)
@@ -133,6 +177,51 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 		}
 	}
+}
+
+// dropLocked takes c out of the waiting list and gives its place back.
+func (l *limitListener) dropLocked(c *limitConn) {
+	if c.elem != nil {
+		l.waiting.Remove(c.elem)
+		c.elem = nil
+	}
+	if c.held {
+		c.held = false
+		l.held--
+	}
+}
+
+// connState follows net/http's view of each connection: StateActive once
+// a request's header has been read, StateIdle once its answer is written
+// and the connection kept alive for the next.
+func (l *limitListener) connState(c net.Conn, st http.ConnState) {
+	lc, ok := c.(*limitConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch st {
+	case http.StateIdle:
+		if lc.held && lc.elem == nil {
+			lc.elem = l.waiting.PushBack(lc)
+		}
+	case http.StateActive, http.StateHijacked:
+		if lc.elem != nil {
+			l.waiting.Remove(lc.elem)
+			lc.elem = nil
+		}
+	case http.StateClosed:
+		l.dropLocked(lc)
+	}
+}
+
+// counts returns the connections holding a place and those of them
+// waiting for a request (tests).
+func (l *limitListener) counts() (held, waiting int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held, l.waiting.Len()
 }
 
 // refuse writes the refusal, then reads what the client sends for a moment
@@ -151,11 +240,13 @@ func (l *limitListener) refuse(c net.Conn) {
 	_, _ = io.CopyN(io.Discard, c, 64<<10)
 }
 
-// limitConn gives its slot back once, when closed.
+// limitConn is a served connection; it gives its place back when closed.
 type limitConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l *limitListener
+	// Under l.mu:
+	held bool          // it holds a place (until closed or closed for another)
+	elem *list.Element // its entry in l.waiting while it waits for a request
 }
 
 // CloseWrite passes the TCP half-close through: net/http half-closes before
@@ -170,6 +261,8 @@ func (c *limitConn) CloseWrite() error {
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.l.mu.Lock()
+	c.l.dropLocked(c)
+	c.l.mu.Unlock()
 	return err
 }
