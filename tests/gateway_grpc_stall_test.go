@@ -142,3 +142,24 @@ func TestGRPCStalledCallsDoNotStarve(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(s.Output(), "ended the call waiting longest for its request") },
 		5*time.Second, 10*time.Millisecond, "past 2048 waiting calls the oldest are ended, and it is logged")
 }
+
+// Connections that serve no call, each carrying only a call that never
+// sends its request, hold every place under --http-max-conns: a health
+// prober's new connection (kubelet's gRPC probe dials one per probe) is
+// served all the same, in place of the one idle longest.
+func TestGRPCIdleConnectionsGiveWay(t *testing.T) {
+	t.Parallel()
+	s := startRLS(t, false, "--http-max-conns", "4")
+	for range 4 {
+		c := dialStaller(t, s.GRPCAddr)
+		c.stall("/grpc.health.v1.Health/Check", 1)
+		c.sync()
+	}
+	r, err := s.Health.Check(ctxT(t, 10*time.Second), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err, "served, not held in the backlog")
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, r.Status)
+	resp := s.limit(t, 0, rlsDesc("user", "legit"))
+	assert.Equal(t, rlspb.RateLimitResponse_OK, resp.OverallCode)
+	require.Eventually(t, func() bool { return strings.Contains(s.Output(), "closed the connection idle longest") },
+		5*time.Second, 10*time.Millisecond)
+}

@@ -17,7 +17,7 @@ const grpcShutdownGrace = 5 * time.Second
 // startGRPC serves Envoy's RLS v3 and gRPC health on cfg.GRPCAddr. The
 // address is bound before it returns, so a taken one fails the start.
 // Connections are bounded by --http-max-conns (gRPC is HTTP/2; each
-// listener has its own count).
+// listener has its own count; see rls.Config.MaxConns).
 func startGRPC(cfg Config, eng *gateway.Engine, log *slog.Logger) (stop func(), err error) {
 	srv, err := rls.New(rls.Config{
 		Engine:   eng,

@@ -21,10 +21,11 @@ import (
 //     whose time is bounded by RecvTimeout;
 //   - once the request is there, it takes a slot of its kind (slots) for
 //     as long as it is served: a rate-limit decision, a health check, an
-//     open health watch.
+//     open health watch; its connection is busy meanwhile (conns).
 //
 // So a client that sends headers and no message, or part of one, holds no
-// slot and cannot refuse the calls of others: a legitimate call's message
+// slot, nor keeps its connection from giving way to a new one, and cannot
+// refuse the calls of others: a legitimate call's message
 // arrives with its headers, so it is always the newest waiting call and
 // never the one evicted, and it is decided in well under a millisecond.
 //
@@ -168,37 +169,67 @@ func (p *pending) recv(read func(any) error, m any) error {
 	return status.Errorf(codes.ResourceExhausted, "rls: the request was not received before %d newer calls waited for theirs", p.max)
 }
 
-// unary wraps a unary method's handler: the request awaited in p, then a
-// slot of s until the call ends.
-func (p *pending) unary(h grpc.MethodHandler, s *slots) grpc.MethodHandler {
+// guards are what every call goes through, whatever its kind.
+type guards struct {
+	pending *pending
+	conns   *conns // nil: connections not followed
+}
+
+// serve takes a slot of s (nil: none) for a call whose request has
+// arrived, and counts the call as served on its connection (c; nil when
+// not followed). done gives both back.
+func (g *guards) serve(ctx context.Context, s *slots) (c *conn, err error) {
+	if s != nil {
+		if err := s.acquire(); err != nil {
+			return nil, err
+		}
+	}
+	if g.conns != nil {
+		c = g.conns.begin(ctx)
+	}
+	return c, nil
+}
+
+func (g *guards) done(s *slots, c *conn) {
+	if g.conns != nil {
+		g.conns.end(c)
+	}
+	if s != nil {
+		s.release()
+	}
+}
+
+// unary wraps a unary method's handler: the request awaited in pending,
+// then a slot of s until the call ends.
+func (g *guards) unary(h grpc.MethodHandler, s *slots) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-		held := false
+		var served bool
+		var c *conn
 		defer func() {
-			if held {
-				s.release()
+			if served {
+				g.done(s, c)
 			}
 		}()
 		return h(srv, ctx, func(m any) error {
-			if err := p.recv(dec, m); err != nil {
+			if err := g.pending.recv(dec, m); err != nil {
 				return err
 			}
-			if err := s.acquire(); err != nil {
-				return err
-			}
-			held = true
-			return nil
+			var err error
+			c, err = g.serve(ctx, s)
+			served = err == nil
+			return err
 		}, ic)
 	}
 }
 
 // stream wraps a streaming method's handler: its first request message
-// awaited in p, then a slot of s (nil: none) until the stream ends.
-func (p *pending) stream(h grpc.StreamHandler, s *slots) grpc.StreamHandler {
+// awaited in pending, then a slot of s (nil: none) until the stream ends.
+func (g *guards) stream(h grpc.StreamHandler, s *slots) grpc.StreamHandler {
 	return func(srv any, ss grpc.ServerStream) error {
-		fs := &firstRecv{ServerStream: ss, p: p, slots: s}
+		fs := &firstRecv{ServerStream: ss, g: g, slots: s}
 		defer func() {
-			if fs.held {
-				s.release()
+			if fs.served {
+				g.done(s, fs.conn)
 			}
 		}()
 		return h(srv, fs)
@@ -207,13 +238,14 @@ func (p *pending) stream(h grpc.StreamHandler, s *slots) grpc.StreamHandler {
 
 // firstRecv is a stream whose first RecvMsg waits in pending and then
 // takes a slot. The generated handlers call RecvMsg on the handler's own
-// goroutine, so held needs no lock.
+// goroutine, so its fields need no lock.
 type firstRecv struct {
 	grpc.ServerStream
-	p     *pending
-	slots *slots
-	done  bool // the first RecvMsg has run
-	held  bool // a slot is taken
+	g      *guards
+	slots  *slots
+	done   bool  // the first RecvMsg has run
+	served bool  // its message arrived and serve took its slot
+	conn   *conn // from serve
 }
 
 func (s *firstRecv) RecvMsg(m any) error {
@@ -221,32 +253,29 @@ func (s *firstRecv) RecvMsg(m any) error {
 		return s.ServerStream.RecvMsg(m)
 	}
 	s.done = true
-	if err := s.p.recv(s.ServerStream.RecvMsg, m); err != nil {
+	if err := s.g.pending.recv(s.ServerStream.RecvMsg, m); err != nil {
 		return err
 	}
-	if s.slots != nil {
-		if err := s.slots.acquire(); err != nil {
-			return err
-		}
-		s.held = true
-	}
-	return nil
+	var err error
+	s.conn, err = s.g.serve(s.Context(), s.slots)
+	s.served = err == nil
+	return err
 }
 
-// guard returns a copy of desc whose methods are guarded by p: a unary
+// guard returns a copy of desc whose methods are guarded by g: a unary
 // call holds a slot of unary once its request has arrived, a streaming
 // one a slot of stream (nil: none) once its first message has. The
 // handlers are wrapped, not rewritten, so a method grpc adds to a
 // generated service is guarded too.
-func guard(desc *grpc.ServiceDesc, p *pending, unary, stream *slots) *grpc.ServiceDesc {
+func guard(desc *grpc.ServiceDesc, g *guards, unary, stream *slots) *grpc.ServiceDesc {
 	out := *desc
 	out.Methods = make([]grpc.MethodDesc, len(desc.Methods))
 	for i, m := range desc.Methods {
-		out.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: p.unary(m.Handler, unary)}
+		out.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: g.unary(m.Handler, unary)}
 	}
 	out.Streams = make([]grpc.StreamDesc, len(desc.Streams))
 	for i, s := range desc.Streams {
-		s.Handler = p.stream(s.Handler, stream)
+		s.Handler = g.stream(s.Handler, stream)
 		out.Streams[i] = s
 	}
 	return &out

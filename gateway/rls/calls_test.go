@@ -246,7 +246,7 @@ func TestCallsBounded(t *testing.T) {
 	s := newSlots(max, errTooManyCalls("rate-limit calls", max))
 	svc := &blocking{entered: make(chan struct{}, max), release: make(chan struct{})}
 	gs := grpc.NewServer(serverOptions(cfg)...)
-	gs.RegisterService(guard(&rlspb.RateLimitService_ServiceDesc, p, s, nil), svc)
+	gs.RegisterService(guard(&rlspb.RateLimitService_ServiceDesc, &guards{pending: p}, s, nil), svc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go func() { _ = gs.Serve(ln) }()
@@ -311,7 +311,7 @@ func TestStalledCallsDoNotStarve(t *testing.T) {
 	evicted := func() int { return a.count(codes.ResourceExhausted, onA) + b.count(codes.ResourceExhausted, onB) }
 	require.Eventually(t, func() bool { return evicted() == stalled-pendingMax }, 5*time.Second, 5*time.Millisecond,
 		"the calls waiting longest are ended")
-	assert.Equal(t, pendingMax, h.srv.pending.waiting())
+	assert.Equal(t, pendingMax, h.srv.guards.pending.waiting())
 	assert.Zero(t, h.srv.calls.inFlight()+h.srv.checks.inFlight()+h.srv.watched.inFlight(), "no slot is held")
 
 	for i := range 3 {
@@ -332,7 +332,7 @@ func TestStalledCallsDoNotStarve(t *testing.T) {
 	// The first legitimate call made its room by ending one more stalled
 	// call; the others found it free.
 	require.Eventually(t, func() bool { return evicted() == stalled-pendingMax+1 }, 5*time.Second, 5*time.Millisecond)
-	assert.Equal(t, pendingMax-1, h.srv.pending.waiting())
+	assert.Equal(t, pendingMax-1, h.srv.guards.pending.waiting())
 	assert.Zero(t, a.count(codes.OK, onA)+b.count(codes.OK, onB), "no stalled call was answered")
 }
 
@@ -352,7 +352,7 @@ func TestPendingEvictsOldest(t *testing.T) {
 		ids = append(ids, c.open(rlsMethod))
 		want := min(i+1, 2)
 		require.Eventually(t, func() bool {
-			return h.srv.pending.waiting() == want && c.count(codes.ResourceExhausted, ids) == i+1-want
+			return h.srv.guards.pending.waiting() == want && c.count(codes.ResourceExhausted, ids) == i+1-want
 		},
 			5*time.Second, 5*time.Millisecond)
 	}
@@ -383,7 +383,7 @@ func TestStalledCallsTimeOut(t *testing.T) {
 		assert.Contains(t, c.message(id), "rls: the request was not received within 200ms")
 	}
 	assert.GreaterOrEqual(t, time.Since(start), timeout)
-	require.Eventually(t, func() bool { return h.srv.pending.waiting() == 0 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return h.srv.guards.pending.waiting() == 0 }, 5*time.Second, 5*time.Millisecond)
 }
 
 // A handler's panic gives its slot back.
@@ -415,8 +415,8 @@ func TestConnectionAged(t *testing.T) {
 	})
 	c := dialRaw(t, h.addr)
 	c.partial(c.open(rlsMethod), 100)
-	require.Eventually(t, func() bool { return h.srv.pending.waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return h.srv.guards.pending.waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
 	c.await("GOAWAY", func() bool { return c.goAway })
 	c.await("close", func() bool { return c.closed })
-	require.Eventually(t, func() bool { return h.srv.pending.waiting() == 0 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return h.srv.guards.pending.waiting() == 0 }, 5*time.Second, 5*time.Millisecond)
 }

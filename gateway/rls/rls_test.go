@@ -643,22 +643,6 @@ func TestMessageSizeBounded(t *testing.T) {
 	h.call(t, 0, ds...)
 }
 
-// Past MaxConns a new connection waits until one closes.
-func TestConnectionsBounded(t *testing.T) {
-	h := newHarness(t, func(o *options) { o.cfg.MaxConns = 1 })
-	h.call(t, 0, desc("user", "lou")) // h.conn holds the one place
-	other := rlspb.NewRateLimitServiceClient(dial(t, h.addr))
-	req := &rlspb.RateLimitRequest{Domain: "rls", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "lou")}}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	_, err := other.ShouldRateLimit(ctx, req)
-	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "the second connection is not served: %v", err)
-	require.NoError(t, h.conn.Close())
-	resp, err := other.ShouldRateLimit(ctxT(t), req, grpc.WaitForReady(true))
-	require.NoError(t, err, "served once the first closed")
-	assert.Equal(t, uint32(1), resp.Statuses[0].LimitRemaining, "the refused call charged nothing")
-}
-
 func TestConfigRefused(t *testing.T) {
 	_, err := New(Config{})
 	assert.ErrorContains(t, err, "no engine")

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -44,10 +43,13 @@ type Config struct {
 	Headers header.Convention // the header sets written into response_headers_to_add
 	Logger  *slog.Logger      // nil: no logging
 
-	// MaxConns bounds simultaneous connections: past it, new connections
-	// wait in the listen backlog until one closes (Envoy keeps a few
+	// MaxConns bounds simultaneous connections (Envoy keeps a few
 	// long-lived HTTP/2 connections per worker, so this is a guard against
-	// a flood, not a working limit). Default DefaultMaxConns.
+	// a flood, not a working limit). Past it, a new connection closes the
+	// one idle longest (serving no call whose request has arrived) and
+	// takes its place; only when every connection is serving one does it
+	// wait in the listen backlog until one closes or turns idle. Default
+	// DefaultMaxConns.
 	MaxConns int
 	// MaxRecvBytes bounds one request message, past it refused with
 	// RESOURCE_EXHAUSTED. A request is a domain and at most 16 descriptors
@@ -187,10 +189,10 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	watches *watches
-	pending *pending // calls waiting for their request
-	calls   *slots   // ShouldRateLimit decisions
-	checks  *slots   // health Check and List
-	watched *slots   // open health Watch streams
+	guards  *guards // calls waiting for their request, connections
+	calls   *slots  // ShouldRateLimit decisions
+	checks  *slots  // health Check and List
+	watched *slots  // open health Watch streams
 }
 
 // New returns a Server; Serve starts it.
@@ -203,13 +205,16 @@ func New(cfg Config) (*Server, error) {
 	opts := append(serverOptions(cfg), grpc.ChainStreamInterceptor(w.intercept))
 	s := &Server{
 		cfg: cfg, grpc: grpc.NewServer(opts...), health: health.NewServer(), watches: w,
-		pending: newPending(cfg.MaxPending, cfg.RecvTimeout, cfg.Logger),
+		guards: &guards{
+			pending: newPending(cfg.MaxPending, cfg.RecvTimeout, cfg.Logger),
+			conns:   newConns(cfg.MaxConns, cfg.Logger),
+		},
 		calls:   newSlots(cfg.MaxCalls, errTooManyCalls("rate-limit calls", cfg.MaxCalls)),
 		checks:  newSlots(cfg.MaxHealthChecks, errTooManyCalls("health checks", cfg.MaxHealthChecks)),
 		watched: newSlots(cfg.MaxWatches, errTooManyWatches(cfg.MaxWatches)),
 	}
-	s.grpc.RegisterService(guard(&rlspb.RateLimitService_ServiceDesc, s.pending, s.calls, nil), NewService(cfg.Engine, cfg.Headers, cfg.Logger))
-	s.grpc.RegisterService(guard(&healthpb.Health_ServiceDesc, s.pending, s.checks, s.watched), s.health)
+	s.grpc.RegisterService(guard(&rlspb.RateLimitService_ServiceDesc, s.guards, s.calls, nil), NewService(cfg.Engine, cfg.Headers, cfg.Logger))
+	s.grpc.RegisterService(guard(&healthpb.Health_ServiceDesc, s.guards, s.checks, s.watched), s.health)
 	// "" is the server as a whole (what a probe asks by default).
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -241,10 +246,11 @@ func serverOptions(cfg Config) []grpc.ServerOption {
 	}
 }
 
-// Serve accepts connections on ln, at most MaxConns at once, until
-// Shutdown; it returns nil then, else the listener's error.
+// Serve accepts connections on ln, at most MaxConns at once (over every
+// listener), until Shutdown; it returns nil then, else the listener's
+// error.
 func (s *Server) Serve(ln net.Listener) error {
-	err := s.grpc.Serve(netutil.LimitListener(ln, s.cfg.MaxConns))
+	err := s.grpc.Serve(s.guards.conns.listen(ln))
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
