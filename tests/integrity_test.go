@@ -53,12 +53,15 @@ func pebbleFile(t *testing.T, dir, ext string) string {
 	return names[len(names)-1]
 }
 
-// requireRefusal checks a refused start: a non-zero exit and one line of
-// output saying what is wrong, no Go panic or stack.
+// requireRefusal checks a refused start: a non-zero exit and, after the
+// start's first line, one line of output saying what is wrong, no Go
+// panic or stack.
 func requireRefusal(t *testing.T, code int, out string, wants ...string) {
 	t.Helper()
 	assert.NotZero(t, code, "exit code of a refused start")
-	assert.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line of output, got:\n%s", out)
+	first, rest, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	assert.Contains(t, first, "cellserver starting", "the start's first line, got:\n%s", out)
+	assert.Equal(t, 1, strings.Count(strings.TrimSpace(rest), "\n")+1, "one line of output after it, got:\n%s", out)
 	for _, w := range wants {
 		assert.Contains(t, out, w)
 	}
