@@ -3,8 +3,8 @@ package main
 // `cellserver cluster ...`: the orchestrator side of cluster mode. `init`
 // writes a topology document, `apply` moves the keys of every slot whose
 // owner changes and then pushes the document to every node, `dump` prints a
-// node's document to edit. The plan and the steps of apply are in
-// clustermove.go.
+// node's document to edit. This file parses their flags and prints what
+// they report; apply's plan is cluster.PlanApply, its steps peer.Apply.
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/peer"
 )
 
 const clusterUsage = `Usage:
@@ -157,14 +158,25 @@ func clusterApply(args []string, stdout, stderr io.Writer) int {
 	// already says it. This runs as its own process, so silencing the
 	// library's global logger affects nothing else.
 	redis.SetLogger(&logging.VoidLogger{})
-	a := &applier{
-		auth:    newClusterAuth(*adminPassword, *password, *timeout),
-		doc:     top,
-		payload: compact.String(),
-		stdout:  stdout,
-		stderr:  stderr,
+	line := func(l peer.NodeLine) {
+		if l.Problem == "" {
+			fmt.Fprintf(stdout, "%s %s ok\n", l.Node.Addr(), l.Node.ID)
+		} else {
+			fmt.Fprintf(stdout, "%s %s error: %s\n", l.Node.Addr(), l.Node.ID, clusterOneLine(l.Problem))
+		}
 	}
-	return a.run()
+	done, err := peer.Apply(peer.NewLogin(*adminPassword, *password, *timeout), top, compact.String(), line)
+	if err != nil {
+		fmt.Fprintf(stderr, "cellserver cluster apply: %v\n", err)
+		return 1
+	}
+	for _, m := range done.Moves {
+		fmt.Fprintf(stdout, "moved %d keys of %d slots from %s to %s\n", m.Keys, m.Slots, m.Src.Addr(), m.Dst.Addr())
+	}
+	for _, m := range done.Orphans {
+		fmt.Fprintf(stdout, "moved %d orphan keys from %s to %s\n", m.Keys, m.Src.Addr(), m.Dst.Addr())
+	}
+	return 0
 }
 
 // clusterDump runs `cellserver cluster dump HOST:PORT`.
@@ -189,11 +201,11 @@ func clusterDump(args []string, stdout, stderr io.Writer) int {
 		return clusterUsageError(fs, "%v", err)
 	}
 	redis.SetLogger(&logging.VoidLogger{})
-	auth := newClusterAuth(*adminPassword, *password, *timeout)
+	login := peer.NewLogin(*adminPassword, *password, *timeout)
 	addr := cluster.Node{Host: host, Port: port}.Addr()
-	st, err := auth.getState(addr)
+	st, err := login.GetState(addr)
 	if err != nil {
-		fmt.Fprintf(stderr, "cellserver cluster dump: %s: %s\n", addr, clusterReason(err))
+		fmt.Fprintf(stderr, "cellserver cluster dump: %s: %s\n", addr, peer.Reason(err))
 		return 1
 	}
 	if st.Topology == nil {
