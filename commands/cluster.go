@@ -12,6 +12,7 @@ import (
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/limit"
+	"github.com/cellserver/cellserver/peer"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -49,40 +50,23 @@ func (s *Server) initCluster() error {
 	if cc.Mode == "" {
 		cc.Mode = ClusterNo
 	}
-	if cc.Mode == ClusterNo {
-		return nil
+	if cc.Mode != ClusterNo {
+		s.myID = cluster.NodeID(cc.Host, cc.Port)
 	}
-	s.myID = cluster.NodeID(cc.Host, cc.Port)
+	s.node = peer.New(peer.Config{ID: s.myID, Store: s.st, Log: s.log, StatePath: cc.TopologyPath, Auth: s.peerAuth()})
 	switch cc.Mode {
+	case ClusterNo:
 	case ClusterEmulated:
 		t, err := cluster.Init([]string{(cluster.Node{Host: cc.Host, Port: cc.Port}).Addr()}, 1)
 		if err != nil {
 			return err
 		}
-		s.nstate.Store(&cluster.NodeState{Topology: t})
+		s.node.Emulate(t)
 	case ClusterYes:
-		ns := &cluster.NodeState{Migrating: map[int]string{}, Importing: map[int]string{}}
-		if cc.TopologyPath != "" {
-			loaded, err := cluster.LoadNodeState(cc.TopologyPath)
-			if err != nil {
-				return fmt.Errorf("cluster: loading the cluster state %s: %w", cc.TopologyPath, err)
-			}
-			if loaded != nil {
-				ns = loaded
-			}
-		}
-		if t := ns.Topology; t != nil {
-			if _, _, _, ok := t.Node(s.myID); !ok {
-				s.log.Warn("this node is not in the saved topology: it owns no slots", "id", s.myID)
-			}
-		}
-		if ns.Open() {
-			s.log.Warn("cluster: slot moves were in progress: this node serves by them (run `cellserver cluster apply` again, or redis-cli --cluster fix, to finish)",
-				"migrating", len(ns.Migrating), "importing", len(ns.Importing))
-		}
-		s.nstate.Store(ns)
 		// Before the wire layer serves: no request runs yet.
-		s.st.InitGate(s.gateOf(ns))
+		if err := s.node.Start(); err != nil {
+			return err
+		}
 		s.orphanCheck = true // at the first connection: see NewClient
 	default:
 		return fmt.Errorf("cluster mode must be no, emulated or yes, got %q", cc.Mode)
@@ -118,10 +102,10 @@ func (s *Server) route(c *Client, cmd *Command, args [][]byte) string {
 	// which cluster clients retry). CL.LIMIT's keys are one request: the
 	// shard checks them together (store's gate).
 	if len(keys) > 1 && cmd.Flags&KeysTogether == 0 && !c.sess.Holding() {
-		if ns := s.nstate.Load(); ns.Open() {
+		if ns := s.nodeState(); ns.Open() {
 			slot := cluster.KeySlot(keys[0])
 			if ns.Migrating[slot] != "" || ns.Importing[slot] != "" {
-				s.mig.tryAgain.Add(1)
+				s.node.CountTryAgain()
 				return ErrTryAgain
 			}
 		}
@@ -135,8 +119,8 @@ func (s *Server) Locate(slot int) (addr string, local, known bool) {
 	if s.cfg.Cluster.Mode == ClusterEmulated {
 		return "", true, true
 	}
-	ns := s.nstate.Load()
-	if ns == nil || ns.Topology == nil {
+	ns := s.nodeState()
+	if ns.Topology == nil {
 		return "", false, false
 	}
 	if len(ns.Importing) > 0 && ns.Importing[slot] != "" {
@@ -518,51 +502,11 @@ func clusterSetTopology(c *Client, w *Out, args [][]byte) {
 		w.WriteError("ERR invalid topology: " + err.Error())
 		return
 	}
-	s.topoMu.Lock()
-	defer s.topoMu.Unlock()
-	cur := s.nodeState()
-	old := cur.Topology
-	if old != nil && t.Epoch == old.Epoch && t.SameLayout(old) {
-		w.WriteOK()
-		return
-	}
-	if old != nil && t.Epoch <= old.Epoch {
-		w.WriteError(fmt.Sprintf("ERR topology epoch %d is not newer than the current epoch %d", t.Epoch, old.Epoch))
-		return
-	}
-	ns := cur.Clone()
-	ns.Topology = t
-	// An open slot is settled by a document that gives it to the importer
-	// (the move's end); one that keeps it with its owner and both peers
-	// leaves it open. Any other outcome would strand keys already moved:
-	// refused, nothing changed.
-	for _, e := range cluster.Sorted(cur.Migrating) {
-		switch owner, _ := t.PrimaryOf(e.Slot); {
-		case owner == e.Peer:
-			delete(ns.Migrating, e.Slot)
-		case owner != s.myID || !t.IsPrimary(e.Peer):
-			w.WriteError(fmt.Sprintf("ERR slot %d is migrating to %s: the document must give it to that node or leave both with it open; finish or close that move first", e.Slot, e.Peer))
-			return
-		}
-	}
-	for _, e := range cluster.Sorted(cur.Importing) {
-		switch owner, _ := t.PrimaryOf(e.Slot); {
-		case owner == s.myID:
-			delete(ns.Importing, e.Slot)
-		case owner != e.Peer || !t.IsPrimary(e.Peer):
-			w.WriteError(fmt.Sprintf("ERR slot %d is importing from %s: the document must give it to this node or leave both with it open; finish or close that move first", e.Slot, e.Peer))
-			return
-		}
-	}
-	if e := s.commitState(c, ns); e != "" {
-		w.WriteError(e)
-		return
-	}
-	lost, gained := old.Moves(t, s.myID)
-	s.log.Info("cluster topology applied", "epoch", t.Epoch, "owned_slots", cluster.Ranges(t.SlotsOf(s.myID)).String(),
-		"lost", cluster.Ranges(lost).String(), "gained", cluster.Ranges(gained).String())
-	w.WriteOK()
+	s.replyPeer(w, s.node.SetTopology(c.sess, t))
 }
+
+// redirect words a shard's redirect as Redis does, counting it.
+func (s *Server) redirect(r *store.Redirect) string { return s.redirection(s.node.Redirect(r)) }
 
 // CLUSTER IMPORTSTATE key tat expire_ms [key tat expire_ms ...]
 // CLUSTER IMPORTSTATE STATES 1 key state expire_ms [key state expire_ms ...]
@@ -586,7 +530,7 @@ func clusterImportState(c *Client, w *Out, args [][]byte) {
 	rest := args[2:]
 	encoded := len(rest)%3 == 2 && strings.EqualFold(string(rest[0]), importStates)
 	if encoded {
-		if string(rest[1]) != importVersion {
+		if string(rest[1]) != peer.StateVersion {
 			w.WriteError("ERR unsupported IMPORTSTATE version '" + trunc(cstr(rest[1]), 32) + "'")
 			return
 		}
@@ -641,11 +585,9 @@ func clusterImportState(c *Client, w *Out, args [][]byte) {
 	w.WriteInt(n)
 }
 
-// The second form of CLUSTER IMPORTSTATE: its keyword and layout version.
-const (
-	importStates  = "STATES"
-	importVersion = "1"
-)
+// importStates is the keyword of CLUSTER IMPORTSTATE's second form; its
+// layout version is peer.StateVersion, MIGRATESTATE's.
+const importStates = "STATES"
 
 // checkImportState is checkImport for a state of any kind: a GCRA state's
 // TAT goes through checkImport; any other must decode, and expire, no later

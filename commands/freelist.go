@@ -65,13 +65,12 @@ type requests struct {
 	pttl   freeList[store.PTTLReq]
 	typ    freeList[store.TypeReq]
 
-	dbsize       freeList[store.DBSizeReq]
-	flush        freeList[store.FlushReq]
-	scan         freeList[store.ScanReq]
-	keys         freeList[store.KeysReq]
-	slotCount    freeList[store.SlotCountReq]
-	slotKeys     freeList[store.SlotKeysReq]
-	slotKeyCount freeList[store.SlotKeyCountReq]
+	dbsize    freeList[store.DBSizeReq]
+	flush     freeList[store.FlushReq]
+	scan      freeList[store.ScanReq]
+	keys      freeList[store.KeysReq]
+	slotCount freeList[store.SlotCountReq]
+	slotKeys  freeList[store.SlotKeysReq]
 }
 
 func (r *requests) reset() {
@@ -86,7 +85,6 @@ func (r *requests) reset() {
 	r.keys.reset()
 	r.slotCount.reset()
 	r.slotKeys.reset()
-	r.slotKeyCount.reset()
 }
 
 // callPools are a client's calls of the decision API, by kind.

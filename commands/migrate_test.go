@@ -14,6 +14,7 @@ import (
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/cluster/clustertest"
+	"github.com/cellserver/cellserver/peer"
 )
 
 // twoNodes is a harness for node 127.0.0.1:7001 of a two-node cluster
@@ -90,7 +91,7 @@ func TestMigratingSlotServesWhatItHolds(t *testing.T) {
 	assert.Equal(t, "-ASK 5 127.0.0.1:7002\r\n", h.do([]string{"CL.THROTTLE", gone, "5", "1", "60"}))
 	assert.Equal(t, "-ASK 5 127.0.0.1:7002\r\n", h.do([]string{"GET", gone}))
 	assert.Equal(t, "-"+ErrTryAgain+"\r\n", h.do([]string{"DEL", held, gone}))
-	assert.Equal(t, fmt.Sprintf("-"+errHoldsKeys+"\r\n", 5), h.do([]string{"CLUSTER", "SETSLOT", "5", "NODE", other}))
+	assert.Equal(t, fmt.Sprintf("-"+peer.ErrHoldsKeys+"\r\n", 5), h.do([]string{"CLUSTER", "SETSLOT", "5", "NODE", other}))
 	assert.Contains(t, h.do([]string{"INFO", "cluster"}), "cluster_ask_replies:2\r\ncluster_tryagain_replies:1\r\ncluster_migrating_slots:1\r\n")
 	// Closing the move here needs the target to hold none of the slot's
 	// keys (else they would start afresh here); a target it cannot ask
@@ -138,7 +139,7 @@ func TestSetTopologyRefusesToDropKeys(t *testing.T) {
 	require.NoError(t, top.Validate())
 	doc, err := top.Marshal()
 	require.NoError(t, err)
-	assert.Equal(t, fmt.Sprintf("-"+errHoldsKeys+"\r\n", 100), h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
+	assert.Equal(t, fmt.Sprintf("-"+peer.ErrHoldsKeys+"\r\n", 100), h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
 	assert.Contains(t, h.do([]string{"CLUSTER", "NODES"}), "connected 0-8191\n")
 	h.do([]string{"DEL", k})
 	assert.Equal(t, "+OK\r\n", h.do([]string{"CLUSTER", "SETTOPOLOGY", string(doc)}))
@@ -300,12 +301,12 @@ func blackHole(t *testing.T) (h *harness, top *cluster.Topology, key, tag string
 }
 
 // TestMigrateWaitIsCapped: a MIGRATE to a target that accepts the
-// connection and never answers gives up after maxMoveWait (twice it at
-// most), not after the timeout the client gave; and nothing moved.
+// connection and never answers gives up after the node's longest batch
+// wait (twice it at most), not after the timeout the client gave; and
+// nothing moved.
 func TestMigrateWaitIsCapped(t *testing.T) {
 	h, top, key, _ := blackHole(t)
-	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
-	maxMoveWait = 200 * time.Millisecond
+	h.srv.node.SetMaxMoveWait(200 * time.Millisecond)
 	start := time.Now()
 	got := <-migrateAsync(h, top, key)
 	took := time.Since(start)
@@ -320,8 +321,7 @@ func TestMigrateWaitIsCapped(t *testing.T) {
 // the batch failed its keys are served again, unchanged.
 func TestMigrateLetsTheShardGo(t *testing.T) {
 	h, top, key, tag := blackHole(t)
-	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
-	maxMoveWait = 3 * time.Second
+	h.srv.node.SetMaxMoveWait(3 * time.Second)
 	done := migrateAsync(h, top, key)
 	// The batch is in flight once its key is refused (a peek charges
 	// nothing before that).
@@ -356,8 +356,7 @@ func TestExecWaitsForKeysInFlight(t *testing.T) {
 	for _, k := range []string{key, other} {
 		require.Equal(t, "+OK\r\n*5\r\n:0\r\n:11\r\n:10\r\n:-1\r\n:60\r\n", h.do([]string{"ASKING"}, []string{"CL.THROTTLE", k, "10", "1", "60"}))
 	}
-	defer func(d time.Duration) { maxMoveWait = d }(maxMoveWait)
-	maxMoveWait = 2 * time.Second
+	h.srv.node.SetMaxMoveWait(2 * time.Second)
 	done := migrateAsync(h, top, key)
 	require.Eventually(t, func() bool {
 		return strings.Contains(h.do([]string{"ASKING"}, []string{"CL.PEEK", key, "10", "1", "60"}), "-TRYAGAIN")

@@ -23,8 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/metrics"
+	"github.com/cellserver/cellserver/peer"
 	"github.com/cellserver/cellserver/service"
 	"github.com/cellserver/cellserver/store"
 )
@@ -129,14 +129,10 @@ type Server struct {
 
 	svc *service.Service // the decision API the CL.* commands call
 
-	myID   string     // cluster node id
-	topoMu sync.Mutex // serializes changes of nstate
-	// nstate is the node's cluster state (the cluster modes): its topology
-	// and, under --cluster yes, the slot moves in progress.
-	nstate atomic.Pointer[cluster.NodeState]
-	mig    migration
+	myID string     // cluster node id
+	node *peer.Node // the node's slot states and moves, its peers
 	// orphanCheck: warn of keys of slots not served here, once serving
-	// (warnOrphans, at the first connection).
+	// (peer.Node.WarnOrphans, at the first connection).
 	orphanCheck bool
 	orphanOnce  sync.Once
 
@@ -248,7 +244,7 @@ func newRunID() string {
 }
 
 // Close stops the server's background sampling. Idempotent.
-func (s *Server) Close() { s.stopOnce.Do(func() { close(s.stop); s.closePeers() }) }
+func (s *Server) Close() { s.stopOnce.Do(func() { close(s.stop); s.node.Close() }) }
 
 // sampleOps keeps instantaneous_ops_per_sec as Redis does: the mean rate
 // over the last 16 samples taken every 100 ms.
@@ -400,7 +396,7 @@ func (s *Server) NewClient(remote, local net.Addr) *Client {
 		// Once the wire layer serves (its event loops run the shards): a
 		// session started before could wait forever on a store that never
 		// serves, and hold up its Close.
-		s.orphanOnce.Do(func() { go s.warnOrphans() })
+		s.orphanOnce.Do(func() { go s.node.WarnOrphans() })
 	}
 	c := &Client{
 		srv:     s,

@@ -365,7 +365,7 @@ func debugCmd(c *Client, w *Out, args [][]byte) {
 			w.WriteError("ERR the delay must be 0 to 60000 ms")
 			return
 		}
-		c.srv.mig.delay.Store(ms)
+		c.srv.node.SetBatchDelay(time.Duration(ms) * time.Millisecond)
 		w.WriteOK()
 		return
 	}
@@ -797,13 +797,14 @@ func (s *Server) writeInfoSection(b *strings.Builder, sec string) {
 			line("cluster_enabled", 1)
 			line("cluster_mode", s.cfg.Cluster.Mode)
 			line("cluster_moved_replies", s.stats.moved.Load())
-			line("cluster_ask_replies", s.mig.ask.Load())
-			line("cluster_tryagain_replies", s.mig.tryAgain.Load())
+			moves := s.node.Counts()
+			line("cluster_ask_replies", moves.Ask)
+			line("cluster_tryagain_replies", moves.TryAgain)
 			ns := s.nodeState()
 			line("cluster_migrating_slots", len(ns.Migrating))
 			line("cluster_importing_slots", len(ns.Importing))
-			line("cluster_keys_migrated", s.mig.sent.Load())
-			line("cluster_keys_imported", s.mig.received.Load())
+			line("cluster_keys_migrated", moves.Migrated)
+			line("cluster_keys_imported", moves.Imported)
 		} else {
 			line("cluster_enabled", 0)
 		}

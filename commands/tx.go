@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/store"
 )
 
@@ -470,48 +469,15 @@ func cmdKeys(cmd *Command, args [][]byte, dst [][]byte) [][]byte {
 }
 
 // txOpenSlot is Redis's check of a transaction's keys in a slot being
-// moved, made under EXEC's hold so that no key moves meanwhile: on the
-// slot's old owner, all of them here → run; none → ASK (the client runs
-// the transaction on the new owner); some → TRYAGAIN; and any of them in
-// flight (see store.LandReq) → TRYAGAIN, whatever the slot. "" to run.
+// moved (peer.Node.CheckTx), made under EXEC's hold so that no key moves
+// meanwhile. "" to run, else the redirect (ASK, TRYAGAIN).
 func (s *Server) txOpenSlot(c *Client, cmds []txCmd) string {
-	if !s.clusterOn() {
-		return ""
-	}
-	ns := s.nstate.Load()
-	if !ns.Open() {
+	if !s.clusterOn() || !s.nodeState().Open() {
 		return ""
 	}
 	var keys [][]byte
 	for i := range cmds {
 		keys = cmdKeys(cmds[i].cmd, cmds[i].args, keys)
 	}
-	if len(keys) == 0 {
-		return ""
-	}
-	// Asked when the slot is open here: keys in flight may be of a slot
-	// migrating away, or of one importing here that MIGRATE sends back to
-	// its owner; each of the transaction's commands would otherwise get
-	// TRYAGAIN alone, after those before it ran. (Orphans, the other keys a
-	// move sends, are in slots this node does not serve: the transaction
-	// was refused with MOVED.)
-	slot := cluster.KeySlot(keys[0])
-	if ns.Migrating[slot] == "" && ns.Importing[slot] == "" {
-		return ""
-	}
-	r := &store.PresentReq{Keys: keys}
-	c.sess.AddTo(s.st.ShardOfSlot(slot), r)
-	switch {
-	case r.Status() != nil:
-		return s.storeStatusText(r.Status())
-	case r.Flying > 0: // on their way to the target: neither here nor there yet
-	case ns.Migrating[slot] == "":
-		return ""
-	case r.Present == r.Distinct:
-		return ""
-	case r.Present == 0:
-		return s.redirect(&store.Redirect{Kind: store.Ask, Slot: slot})
-	}
-	s.mig.tryAgain.Add(1)
-	return ErrTryAgain
+	return s.peerError(s.node.CheckTx(c.sess, keys))
 }

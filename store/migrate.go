@@ -242,7 +242,7 @@ func (r *SlotKeyCountReq) run(sh *shard, now int64) {
 // says true, scanning the table from entry Cursor (Next is where to go on;
 // 0 once the scan reached the end). It changes no state; with Fly it marks
 // the keys in flight, and the caller sends the copies and, once the target
-// has them, drops them with LandReq (see commands' moveBatch).
+// has them, drops them with LandReq (see package peer's moveBatch).
 type ExportReq struct {
 	envelope
 	Keys [][]byte
