@@ -233,7 +233,7 @@ func (n *Node) MoveKeys(sess *store.Session, dstID string, timeout time.Duration
 	case err != nil:
 		return 0, err
 	case dst.ID == n.cfg.ID:
-		return 0, Refusal("ERR Target node is this node")
+		return 0, Refusal(ErrTargetSelf)
 	}
 	in := func(slot int) bool { return ns.Migrating[slot] == dstID }
 	gate := store.SlotMigrating

@@ -27,6 +27,7 @@ const (
 	ErrNotMaster  = "ERR Target node is not a master"
 	ErrHoldsKeys  = "ERR Can't assign hashslot %d to a different node while I still hold keys for this hash slot."
 	ErrNoTopology = "ERR this node has no topology yet: apply one first (cellserver cluster apply)"
+	ErrTargetSelf = "ERR Target node is this node"
 )
 
 // Refusal is an operation refused or failed, worded as the node replies
@@ -281,7 +282,11 @@ type Redirection struct {
 }
 
 func (r *Redirection) Error() string {
-	return "peer: slot " + strconv.Itoa(r.Slot) + " redirected (" + strconv.Itoa(int(r.Kind)) + ") to " + r.Addr
+	s := "peer: slot " + strconv.Itoa(r.Slot) + " redirected (" + strconv.Itoa(int(r.Kind)) + ")"
+	if r.Addr != "" {
+		s += " to " + r.Addr
+	}
+	return s
 }
 
 // Redirect resolves a shard's redirect against the node's state, counting
@@ -512,7 +517,7 @@ func (n *Node) openSlot(ns *cluster.NodeState, slot int, action SlotAction, id s
 	case !primary:
 		return Refusal(ErrNotMaster)
 	case p.ID == n.cfg.ID:
-		return Refusal("ERR Target node is this node")
+		return Refusal(ErrTargetSelf)
 	}
 	// An open slot is not re-targeted: keys may already sit on the first
 	// peer (close the move first, which checks that).
